@@ -1,0 +1,110 @@
+-- acquire.lua grants a read or write hold, or re-enters the owner's lease.
+--
+-- KEYS[1..3] state, holders, writers (see common.lua)
+-- KEYS[4]    optional request key: request_id -> lease_id, for idempotent retries
+-- ARGV[1] mode: 'r' or 'w'
+-- ARGV[2] owner
+-- ARGV[3] lease_id to use if a new lease is granted
+-- ARGV[4] ttl_ms
+-- ARGV[5] wait_ms: 0 tries once; otherwise a write request that is refused
+--         queues as a waiting writer until now + wait_ms (writer preference)
+-- ARGV[6] waiter id of this call
+-- Returns {1, lease_id, mode, hold_count, fencing_token, ttl_ms, expire_ms, now_ms, owner}
+-- when granted, {0, retry_after_ms} when the key is busy, and {-2} when an
+-- owner holding only a read lease asks for the write lock.
+
+local mode, owner, new_id = ARGV[1], ARGV[2], ARGV[3]
+local ttl, wait_ms, waiter = tonumber(ARGV[4]), tonumber(ARGV[5]), ARGV[6]
+local request = KEYS[4]
+
+purge()
+
+local function remaining(id)
+  local score = redis.call('ZSCORE', holders, id)
+  if not score then return 1 end
+  return math.max(1, tonumber(score) - now_ms)
+end
+
+local function grant_existing(id, rec, count_up)
+  local l = decode(rec)
+  if count_up then
+    l.count = l.count + 1
+  end
+  l.ttl = ttl
+  redis.call('HSET', state, id, encode(l))
+  redis.call('ZADD', holders, num(now_ms + ttl), id)
+  redis.call('ZREM', writers, waiter)
+  if request then
+    redis.call('SET', request, id, 'PX', num(ttl))
+  end
+  tidy()
+  return lease_reply(1, id, l)
+end
+
+-- A retried request that already holds its lease gets it back unchanged.
+if request then
+  local id = redis.call('GET', request)
+  if id then
+    local rec = redis.call('HGET', state, id)
+    if rec then
+      local l = decode(rec)
+      return lease_reply(1, id, l)
+    end
+  end
+end
+
+-- Reentrancy: the same owner in the same mode re-enters its lease.
+local own = redis.call('HGET', state, 'o:' .. mode .. ':' .. owner)
+if own then
+  return grant_existing(own, redis.call('HGET', state, own), true)
+end
+
+local writer = redis.call('HGET', state, 'wl')
+local blocked_for = nil
+
+if mode == 'w' then
+  if redis.call('ZCARD', holders) > 0 then
+    if redis.call('HEXISTS', state, 'o:r:' .. owner) == 1 then
+      return {-2}
+    end
+    -- The key frees when its last holder goes.
+    local last = redis.call('ZRANGE', holders, -1, -1, 'WITHSCORES')
+    blocked_for = math.max(1, tonumber(last[2]) - now_ms)
+    if wait_ms > 0 then
+      redis.call('ZADD', writers, num(now_ms + wait_ms), waiter)
+    end
+  end
+else
+  if writer then
+    local wrec = decode(redis.call('HGET', state, writer))
+    if wrec.owner ~= owner then
+      blocked_for = remaining(writer)
+    end
+    -- The write holder taking the read lock is a downgrade: allowed.
+  elseif redis.call('ZCARD', writers) > 0 then
+    -- Writer preference: new readers wait while a writer waits. The
+    -- earliest end of a writer's wait bounds the reader's re-check.
+    local first = redis.call('ZRANGE', writers, 0, 0, 'WITHSCORES')
+    blocked_for = math.max(1, tonumber(first[2]) - now_ms)
+  end
+end
+
+if blocked_for then
+  tidy()
+  return {0, blocked_for}
+end
+
+local fence = tonumber(redis.call('HGET', state, 'fence') or '0')
+local token = math.max(fence + 1, now_us)
+local l = {mode = mode, count = 1, token = token, ttl = ttl, owner = owner}
+redis.call('HSET', state, 'fence', num(token), new_id, encode(l), 'o:' .. mode .. ':' .. owner, new_id)
+if mode == 'w' then
+  redis.call('HSET', state, 'wl', new_id)
+end
+redis.call('ZADD', holders, num(now_ms + ttl), new_id)
+redis.call('ZREM', writers, waiter)
+if request then
+  redis.call('SET', request, new_id, 'PX', num(ttl))
+end
+tidy()
+return lease_reply(1, new_id, l)

@@ -1,0 +1,318 @@
+package redislock
+
+import (
+	"context"
+	"sync"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+)
+
+// idleAfter is how long a channel nobody waits on stays subscribed, so a
+// busy key is not unsubscribed and subscribed again for every waiter.
+const idleAfter = time.Second
+
+// subscriber shares pub/sub connections among all waiters of a Client: one
+// connection for a single Redis, one per master node on Redis Cluster. Each
+// channel is subscribed once however many waiters it has, and every message
+// on it wakes them all.
+type subscriber struct {
+	rdb     redis.UniversalClient
+	sharded bool
+
+	mu     sync.Mutex
+	shards map[string]*shard
+	closed bool
+	stop   chan struct{}
+	wg     sync.WaitGroup
+}
+
+type shard struct {
+	ps     *redis.PubSub
+	topics map[string]*topic
+	// queue holds SUBSCRIBE and UNSUBSCRIBE commands, sent in order by one
+	// goroutine so an unsubscribe never overtakes a later subscribe.
+	queue  []command
+	signal chan struct{}
+	closed bool
+}
+
+type command struct {
+	subscribe bool
+	channels  []string
+	topic     *topic
+}
+
+// enqueue adds a command for the shard's sender. s.mu is held.
+func (sh *shard) enqueue(c command) {
+	sh.queue = append(sh.queue, c)
+	select {
+	case sh.signal <- struct{}{}:
+	default:
+	}
+}
+
+type topic struct {
+	refs      int
+	idleSince time.Time
+	ready     chan struct{} // closed when the subscription is confirmed
+	confirmed bool
+	err       error
+	waiters   map[chan struct{}]struct{}
+}
+
+func newSubscriber(rdb redis.UniversalClient, sharded bool) *subscriber {
+	s := &subscriber{rdb: rdb, sharded: sharded, shards: map[string]*shard{}, stop: make(chan struct{})}
+	s.wg.Add(1)
+	go s.sweep()
+	return s
+}
+
+// subscribe registers a waiter on channel and returns once the subscription
+// is confirmed by Redis, so no message published after that is missed. wake
+// receives a value after each message; done must be called when the waiter
+// stops waiting.
+func (s *subscriber) subscribe(ctx context.Context, channel string, deadline time.Time) (wake <-chan struct{}, done func(), err error) {
+	ctx, cancel := context.WithDeadline(ctx, deadline)
+	defer cancel()
+	s.mu.Lock()
+	if s.closed {
+		s.mu.Unlock()
+		return nil, nil, ErrClosed
+	}
+	key, err := s.shardKey(ctx, channel)
+	if err != nil {
+		s.mu.Unlock()
+		return nil, nil, err
+	}
+	sh := s.shards[key]
+	if sh == nil {
+		sh = s.openShard(ctx, key, channel)
+	}
+	tp := sh.topics[channel]
+	fresh := tp == nil
+	if fresh {
+		tp = &topic{ready: make(chan struct{}), waiters: map[chan struct{}]struct{}{}}
+		sh.topics[channel] = tp
+	}
+	tp.refs++
+	w := make(chan struct{}, 1)
+	tp.waiters[w] = struct{}{}
+	if fresh {
+		sh.enqueue(command{subscribe: true, channels: []string{channel}, topic: tp})
+	}
+	s.mu.Unlock()
+
+	done = func() {
+		s.mu.Lock()
+		defer s.mu.Unlock()
+		delete(tp.waiters, w)
+		tp.refs--
+		if tp.refs == 0 {
+			tp.idleSince = time.Now()
+		}
+	}
+	select {
+	case <-tp.ready:
+		if tp.err != nil {
+			done()
+			return nil, nil, tp.err
+		}
+		return w, done, nil
+	case <-ctx.Done():
+		done()
+		return nil, nil, ctx.Err()
+	}
+}
+
+// shardKey names the connection a channel's messages arrive on: the master
+// node that owns the channel's slot on Cluster, else the one connection.
+func (s *subscriber) shardKey(ctx context.Context, channel string) (string, error) {
+	cc, ok := s.rdb.(*redis.ClusterClient)
+	if !ok {
+		return "", nil
+	}
+	node, err := cc.MasterForKey(ctx, channel)
+	if err != nil {
+		return "", err
+	}
+	return node.Options().Addr, nil
+}
+
+// openShard starts a pub/sub connection and its dispatcher. s.mu is held.
+func (s *subscriber) openShard(ctx context.Context, key, channel string) *shard {
+	var ps *redis.PubSub
+	if cc, ok := s.rdb.(*redis.ClusterClient); ok {
+		node, err := cc.MasterForKey(ctx, channel)
+		if err == nil {
+			ps = node.SSubscribe(context.WithoutCancel(ctx))
+		} else {
+			ps = cc.SSubscribe(context.WithoutCancel(ctx))
+		}
+	} else if s.sharded {
+		ps = s.rdb.SSubscribe(context.WithoutCancel(ctx))
+	} else {
+		ps = s.rdb.Subscribe(context.WithoutCancel(ctx))
+	}
+	sh := &shard{ps: ps, topics: map[string]*topic{}, signal: make(chan struct{}, 1)}
+	s.shards[key] = sh
+	msgs := ps.ChannelWithSubscriptions(redis.WithChannelSize(1024))
+	s.wg.Add(2)
+	go s.dispatch(sh, msgs)
+	go s.send(sh)
+	return sh
+}
+
+// send writes the shard's queued commands in order until the shard closes.
+func (s *subscriber) send(sh *shard) {
+	defer s.wg.Done()
+	for range sh.signal {
+		for {
+			s.mu.Lock()
+			if sh.closed || len(sh.queue) == 0 {
+				closed := sh.closed
+				s.mu.Unlock()
+				if closed {
+					return
+				}
+				break
+			}
+			c := sh.queue[0]
+			sh.queue = sh.queue[1:]
+			s.mu.Unlock()
+
+			ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+			var err error
+			switch {
+			case c.subscribe && s.sharded:
+				err = sh.ps.SSubscribe(ctx, c.channels...)
+			case c.subscribe:
+				err = sh.ps.Subscribe(ctx, c.channels...)
+			case s.sharded:
+				err = sh.ps.SUnsubscribe(ctx, c.channels...)
+			default:
+				err = sh.ps.Unsubscribe(ctx, c.channels...)
+			}
+			cancel()
+			if err != nil && c.topic != nil {
+				s.mu.Lock()
+				if tp := c.topic; !tp.confirmed {
+					tp.err, tp.confirmed = err, true
+					close(tp.ready)
+					if sh.topics[c.channels[0]] == tp {
+						delete(sh.topics, c.channels[0])
+					}
+				}
+				s.mu.Unlock()
+			}
+		}
+	}
+}
+
+// shutdown stops the shard's goroutines. s.mu is held.
+func (sh *shard) shutdown() {
+	if sh.closed {
+		return
+	}
+	sh.closed = true
+	close(sh.signal)
+	go sh.ps.Close()
+}
+
+func (s *subscriber) dispatch(sh *shard, msgs <-chan any) {
+	defer s.wg.Done()
+	for m := range msgs {
+		var channel string
+		resubscribed := false
+		switch m := m.(type) {
+		case *redis.Subscription:
+			if m.Kind != "subscribe" && m.Kind != "ssubscribe" {
+				continue
+			}
+			channel, resubscribed = m.Channel, true
+		case *redis.Message:
+			channel = m.Channel
+		default:
+			continue
+		}
+		s.mu.Lock()
+		if tp := sh.topics[channel]; tp != nil {
+			if resubscribed && !tp.confirmed {
+				tp.confirmed = true
+				close(tp.ready)
+			} else {
+				// A message, or a subscription restored after a reconnect
+				// (messages may have been lost meanwhile): re-check.
+				for w := range tp.waiters {
+					select {
+					case w <- struct{}{}:
+					default:
+					}
+				}
+			}
+		}
+		s.mu.Unlock()
+	}
+}
+
+// sweep unsubscribes channels nobody has waited on for a while, and closes
+// connections left with no channel.
+func (s *subscriber) sweep() {
+	defer s.wg.Done()
+	tick := time.NewTicker(idleAfter)
+	defer tick.Stop()
+	for {
+		select {
+		case <-s.stop:
+			return
+		case <-tick.C:
+		}
+		s.mu.Lock()
+		for key, sh := range s.shards {
+			var idle []string
+			for ch, tp := range sh.topics {
+				if tp.refs == 0 && tp.confirmed && time.Since(tp.idleSince) >= idleAfter {
+					idle = append(idle, ch)
+					delete(sh.topics, ch)
+				}
+			}
+			if len(sh.topics) == 0 {
+				delete(s.shards, key)
+				sh.shutdown()
+				continue
+			}
+			if len(idle) > 0 {
+				sh.enqueue(command{channels: idle})
+			}
+		}
+		s.mu.Unlock()
+	}
+}
+
+// active reports how many channels are subscribed, for tests.
+func (s *subscriber) active() int {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	n := 0
+	for _, sh := range s.shards {
+		n += len(sh.topics)
+	}
+	return n
+}
+
+func (s *subscriber) close() error {
+	s.mu.Lock()
+	if s.closed {
+		s.mu.Unlock()
+		return nil
+	}
+	s.closed = true
+	close(s.stop)
+	for key, sh := range s.shards {
+		sh.shutdown()
+		delete(s.shards, key)
+	}
+	s.mu.Unlock()
+	s.wg.Wait()
+	return nil
+}
