@@ -1,0 +1,84 @@
+package service
+
+import (
+	"context"
+	"errors"
+	"io"
+	"log/slog"
+	"net"
+	"strings"
+
+	"github.com/redis/go-redis/v9"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
+
+	"github.com/lockd/lockd/internal/redislock"
+)
+
+// codeTable maps the lock engine's errors to gRPC codes (SPEC §5).
+var codeTable = []struct {
+	err  error
+	code codes.Code
+}{
+	{redislock.ErrInvalidKey, codes.InvalidArgument},
+	{redislock.ErrInvalidTTL, codes.InvalidArgument},
+	{redislock.ErrInvalidMode, codes.InvalidArgument},
+	{redislock.ErrNotHeld, codes.NotFound},
+	{redislock.ErrUpgrade, codes.FailedPrecondition},
+	{redislock.ErrClosed, codes.Unavailable},
+	{errLimit, codes.ResourceExhausted},
+	{errShuttingDown, codes.Unavailable},
+}
+
+var (
+	errLimit        = errors.New("server limit reached")
+	errShuttingDown = errors.New("server is shutting down; resume on another replica")
+)
+
+// toStatus turns an error from the engine or from Redis into a gRPC status.
+// Context errors pass through as CANCELED / DEADLINE_EXCEEDED; Redis that
+// cannot be reached or cannot serve now is UNAVAILABLE; anything else is a
+// bug, logged and reported as INTERNAL.
+func toStatus(ctx context.Context, log *slog.Logger, err error) error {
+	if err == nil {
+		return nil
+	}
+	if _, ok := status.FromError(err); ok {
+		return err
+	}
+	for _, e := range codeTable {
+		if errors.Is(err, e.err) {
+			return status.Error(e.code, err.Error())
+		}
+	}
+	switch {
+	case errors.Is(err, context.Canceled), errors.Is(err, context.DeadlineExceeded):
+		return status.FromContextError(err).Err()
+	case redisUnavailable(err):
+		return status.Error(codes.Unavailable, "redis unavailable: "+err.Error())
+	}
+	log.ErrorContext(ctx, "internal error", "err", err)
+	return status.Error(codes.Internal, "internal error")
+}
+
+// redisUnavailable reports whether err means Redis cannot be reached or
+// cannot serve at the moment, so a retry may succeed.
+func redisUnavailable(err error) bool {
+	var ne net.Error
+	if errors.As(err, &ne) || errors.Is(err, io.EOF) || errors.Is(err, io.ErrUnexpectedEOF) ||
+		errors.Is(err, redis.ErrClosed) || errors.Is(err, redis.ErrPoolTimeout) || errors.Is(err, net.ErrClosed) {
+		return true
+	}
+	var re redis.Error
+	if errors.As(err, &re) {
+		msg := re.Error()
+		for _, p := range []string{"LOADING", "BUSY", "TRYAGAIN", "CLUSTERDOWN", "MASTERDOWN", "READONLY", "MOVED", "ASK", "NOREPLICAS"} {
+			if strings.HasPrefix(msg, p) {
+				return true
+			}
+		}
+		return false
+	}
+	// Dial and connection errors that are not net.Error.
+	return strings.Contains(err.Error(), "connection refused") || strings.Contains(err.Error(), "connection reset")
+}
