@@ -1,0 +1,76 @@
+package main
+
+import (
+	"io"
+	"strings"
+	"testing"
+	"time"
+)
+
+func env(kv ...string) func(string) string {
+	m := map[string]string{}
+	for i := 0; i+1 < len(kv); i += 2 {
+		m[kv[i]] = kv[i+1]
+	}
+	return func(k string) string { return m[k] }
+}
+
+func TestParseFlags(t *testing.T) {
+	t.Parallel()
+	cases := []struct {
+		name    string
+		args    []string
+		env     func(string) string
+		check   func(t *testing.T, listen, redis string, reflection bool, maxTTL time.Duration)
+		wantErr string
+	}{
+		{
+			name: "defaults match the contract",
+			env:  env(),
+			check: func(t *testing.T, listen, redis string, reflection bool, maxTTL time.Duration) {
+				if listen != "127.0.0.1:50051" || redis != "" || !reflection || maxTTL != 24*time.Hour {
+					t.Fatalf("defaults: %s %q %v %v", listen, redis, reflection, maxTTL)
+				}
+			},
+		},
+		{
+			name: "the environment sets flags",
+			env:  env("LOCKD_LISTEN", "0.0.0.0:6000", "LOCKD_REDIS", "redis://r:6379", "LOCKD_REFLECTION", "false", "LOCKD_MAX_TTL", "1h"),
+			check: func(t *testing.T, listen, redis string, reflection bool, maxTTL time.Duration) {
+				if listen != "0.0.0.0:6000" || redis != "redis://r:6379" || reflection || maxTTL != time.Hour {
+					t.Fatalf("from env: %s %q %v %v", listen, redis, reflection, maxTTL)
+				}
+			},
+		},
+		{
+			name: "the command line wins over the environment",
+			args: []string{"--listen=127.0.0.1:7000", "--reflection=true"},
+			env:  env("LOCKD_LISTEN", "0.0.0.0:6000", "LOCKD_REFLECTION", "false"),
+			check: func(t *testing.T, listen, _ string, reflection bool, _ time.Duration) {
+				if listen != "127.0.0.1:7000" || !reflection {
+					t.Fatalf("flags over env: %s %v", listen, reflection)
+				}
+			},
+		},
+		{name: "a bad environment value names the variable", env: env("LOCKD_MAX_TTL", "forever"), wantErr: "LOCKD_MAX_TTL"},
+		{name: "an unknown flag is refused", args: []string{"--nope"}, env: env(), wantErr: "nope"},
+		{name: "stray arguments are refused", args: []string{"extra"}, env: env(), wantErr: "unexpected arguments"},
+		{name: "contradictory limits are refused", args: []string{"--min-ttl=1h", "--max-ttl=1m"}, env: env(), wantErr: "below min ttl"},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel()
+			cfg, _, err := parseFlags(tc.args, tc.env, io.Discard)
+			if tc.wantErr != "" {
+				if err == nil || !strings.Contains(err.Error(), tc.wantErr) {
+					t.Fatalf("err = %v, want %q", err, tc.wantErr)
+				}
+				return
+			}
+			if err != nil {
+				t.Fatal(err)
+			}
+			tc.check(t, cfg.Listen, cfg.Redis, cfg.Reflection, cfg.Limits.MaxTTL)
+		})
+	}
+}

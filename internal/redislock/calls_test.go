@@ -1,0 +1,80 @@
+package redislock_test
+
+import (
+	"context"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+
+	"github.com/lockd/lockd/internal/redislock"
+	"github.com/lockd/lockd/internal/redistest"
+)
+
+// scriptCalls reads how many scripts Redis has run (EVAL and EVALSHA).
+func scriptCalls(t *testing.T, rdb *redis.Client) int {
+	t.Helper()
+	info, err := rdb.Info(context.Background(), "commandstats").Result()
+	if err != nil {
+		t.Fatal(err)
+	}
+	total := 0
+	for _, line := range strings.Split(info, "\n") {
+		if !strings.HasPrefix(line, "cmdstat_eval:") && !strings.HasPrefix(line, "cmdstat_evalsha:") {
+			continue
+		}
+		for _, f := range strings.Split(strings.SplitN(line, ":", 2)[1], ",") {
+			if v, ok := strings.CutPrefix(f, "calls="); ok {
+				n, _ := strconv.Atoi(strings.TrimSpace(v))
+				total += n
+			}
+		}
+	}
+	return total
+}
+
+// TestOneScriptCallPerOperation counts Redis round trips: an uncontended
+// Acquire, a Release and each KeepAlive renewal cost one script call each.
+func TestOneScriptCallPerOperation(t *testing.T) {
+	t.Parallel()
+	rdb := redistest.Start(t).Client(t)
+	c := newClient(t, rdb, redislock.Options{})
+	ctx := ctxT(t, 20*time.Second)
+	// Load every script once, so EVALSHA finds them.
+	warm := mustAcquire(t, c, redislock.Request{Key: "warm", Mode: redislock.Write, TTL: minute})
+	_, _ = c.Renew(ctx, "warm", warm.ID, 0)
+	_, _ = c.Release(ctx, "warm", warm.ID, "")
+
+	before := scriptCalls(t, rdb)
+	l := mustAcquire(t, c, redislock.Request{Key: "counted", Mode: redislock.Write, TTL: minute, Wait: time.Minute})
+	if got := scriptCalls(t, rdb) - before; got != 1 {
+		t.Fatalf("uncontended Acquire (with a wait allowed) made %d script calls, want 1", got)
+	}
+	before = scriptCalls(t, rdb)
+	if _, err := c.Release(ctx, "counted", l.ID, ""); err != nil {
+		t.Fatal(err)
+	}
+	if got := scriptCalls(t, rdb) - before; got != 1 {
+		t.Fatalf("Release made %d script calls, want 1", got)
+	}
+
+	l = mustAcquire(t, c, redislock.Request{Key: "counted", Mode: redislock.Write, TTL: 300 * time.Millisecond})
+	before = scriptCalls(t, rdb)
+	renewals := 0
+	kctx, stop := context.WithCancel(ctx)
+	err := c.KeepAlive(kctx, "counted", l.ID, 0, func(redislock.Lease) error {
+		renewals++
+		if renewals == 5 {
+			stop()
+		}
+		return nil
+	})
+	if err == nil || kctx.Err() == nil {
+		t.Fatalf("KeepAlive = %v", err)
+	}
+	if got := scriptCalls(t, rdb) - before; got != renewals {
+		t.Fatalf("%d renewals made %d script calls", renewals, got)
+	}
+}
