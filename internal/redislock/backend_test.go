@@ -2,6 +2,8 @@ package redislock_test
 
 import (
 	"context"
+	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -12,33 +14,123 @@ import (
 	"github.com/lockd/lockd/internal/redistest"
 )
 
-// backend is one store the lock contract runs against.
-type backend struct {
+// contract is the lock contract suite: every case runs against a real
+// redis-server, the embedded store, a 3-master Redis Cluster and a Sentinel
+// deployment.
+var contract = []struct {
 	name string
-	rdb  *redis.Client
-	// restart empties the store as a Redis restart without persistence does;
-	// nil where the store cannot.
-	restart func(tb testing.TB)
+	run  func(t *testing.T, b backend)
+}{
+	{"Exclusive", contractExclusive},
+	{"Reentrancy", contractReentrancy},
+	{"EmptyOwnerIsUnique", contractEmptyOwnerIsUnique},
+	{"DowngradeAndUpgrade", contractDowngradeAndUpgrade},
+	{"SharedReaders", contractSharedReaders},
+	{"WriterPreference", contractWriterPreference},
+	{"WriterThatGivesUpStopsBlockingReaders", contractWriterThatGivesUpStopsBlockingReaders},
+	{"ExpiryFreesTheLock", contractExpiryFreesTheLock},
+	{"Renew", contractRenew},
+	{"KeepAlive", contractKeepAlive},
+	{"Keys", contractKeys},
+	{"InvalidRequests", contractInvalidRequests},
+	{"IdempotentRequests", contractIdempotentRequests},
+	{"NothingLeftBehind", contractNothingLeftBehind},
+	{"HandoffIsWokenByRelease", contractHandoffIsWokenByRelease},
+	{"WaitEnds", contractWaitEnds},
+	{"MutualExclusionUnderContention", contractMutualExclusionUnderContention},
 }
 
-// eachBackend runs fn against a real redis-server and the embedded store.
-func eachBackend(t *testing.T, fn func(t *testing.T, b backend)) {
+// backend is one store the contract runs against. Cases sharing a store
+// keep apart through their own key prefix.
+type backend struct {
+	name   string
+	rdb    redis.UniversalClient
+	prefix string
+}
+
+// newClient returns an engine on the backend, under the case's prefix.
+func (b backend) newClient(t *testing.T, opts redislock.Options) *redislock.Client {
 	t.Helper()
+	opts.Prefix = b.prefix
+	return newClient(t, b.rdb, opts)
+}
+
+// keys lists the case's Redis keys on every master.
+func (b backend) keys(ctx context.Context) ([]string, error) {
+	var (
+		mu  sync.Mutex
+		all []string
+	)
+	scan := func(ctx context.Context, c *redis.Client) error {
+		ks, err := c.Keys(ctx, b.prefix+":*").Result()
+		mu.Lock()
+		all = append(all, ks...)
+		mu.Unlock()
+		return err
+	}
+	switch c := b.rdb.(type) {
+	case *redis.ClusterClient:
+		err := c.ForEachMaster(ctx, scan)
+		return all, err
+	case *redis.Client:
+		err := scan(ctx, c)
+		return all, err
+	}
+	panic("unknown client type")
+}
+
+func (b backend) countKeys(ctx context.Context) (int64, error) {
+	ks, err := b.keys(ctx)
+	return int64(len(ks)), err
+}
+
+func TestContract(t *testing.T) {
+	t.Parallel()
+	prefix := func(name string) string { return "t-" + strings.ToLower(name) }
 	t.Run("redis", func(t *testing.T) {
 		t.Parallel()
-		srv := redistest.Start(t)
-		fn(t, backend{name: "redis", rdb: srv.Client(t), restart: srv.Restart})
+		for _, tc := range contract {
+			t.Run(tc.name, func(t *testing.T) {
+				t.Parallel()
+				tc.run(t, backend{name: "redis", rdb: redistest.Start(t).Client(t), prefix: prefix(tc.name)})
+			})
+		}
 	})
 	t.Run("embedded", func(t *testing.T) {
 		t.Parallel()
-		st, err := embedded.Start()
-		if err != nil {
-			t.Fatal(err)
+		for _, tc := range contract {
+			t.Run(tc.name, func(t *testing.T) {
+				t.Parallel()
+				st, err := embedded.Start()
+				if err != nil {
+					t.Fatal(err)
+				}
+				t.Cleanup(func() { _ = st.Close() })
+				rdb := redis.NewClient(&redis.Options{Addr: st.Addr()})
+				t.Cleanup(func() { _ = rdb.Close() })
+				tc.run(t, backend{name: "embedded", rdb: rdb, prefix: prefix(tc.name)})
+			})
 		}
-		t.Cleanup(func() { _ = st.Close() })
-		rdb := redis.NewClient(&redis.Options{Addr: st.Addr()})
-		t.Cleanup(func() { _ = rdb.Close() })
-		fn(t, backend{name: "embedded", rdb: rdb})
+	})
+	t.Run("cluster", func(t *testing.T) {
+		t.Parallel()
+		rdb := redistest.StartCluster(t, 3).ClusterClient(t)
+		for _, tc := range contract {
+			t.Run(tc.name, func(t *testing.T) {
+				t.Parallel()
+				tc.run(t, backend{name: "cluster", rdb: rdb, prefix: prefix(tc.name)})
+			})
+		}
+	})
+	t.Run("sentinel", func(t *testing.T) {
+		t.Parallel()
+		rdb := redistest.StartSentinel(t).FailoverClient(t)
+		for _, tc := range contract {
+			t.Run(tc.name, func(t *testing.T) {
+				t.Parallel()
+				tc.run(t, backend{name: "sentinel", rdb: rdb, prefix: prefix(tc.name)})
+			})
+		}
 	})
 }
 
