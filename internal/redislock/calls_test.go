@@ -60,7 +60,7 @@ func TestOneScriptCallPerOperation(t *testing.T) {
 		t.Fatalf("Release made %d script calls, want 1", got)
 	}
 
-	l = mustAcquire(t, c, redislock.Request{Key: "counted", Mode: redislock.Write, TTL: 300 * time.Millisecond})
+	l = mustAcquire(t, c, redislock.Request{Key: "counted", Mode: redislock.Write, TTL: time.Second})
 	before = scriptCalls(t, rdb)
 	renewals := 0
 	kctx, stop := context.WithCancel(ctx)

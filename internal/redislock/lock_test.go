@@ -258,7 +258,7 @@ func contractRenew(t *testing.T, b backend) {
 func contractKeepAlive(t *testing.T, b backend) {
 	c := b.newClient(t, redislock.Options{})
 	ctx := ctxT(t, 20*time.Second)
-	const ttl = 300 * time.Millisecond
+	const ttl = time.Second
 	a := mustAcquire(t, c, redislock.Request{Key: "ka", Mode: redislock.Write, Owner: "a", TTL: ttl})
 
 	kctx, stop := context.WithCancel(ctx)
@@ -272,7 +272,7 @@ func contractKeepAlive(t *testing.T, b backend) {
 	}()
 	// Held across many ttls: nobody else gets it.
 	held := time.Now()
-	for time.Since(held) < 8*ttl {
+	for time.Since(held) < 4*ttl {
 		mustRefuse(t, c, redislock.Request{Key: "ka", Mode: redislock.Write, Owner: "b", TTL: ttl})
 		time.Sleep(ttl / 4)
 	}
@@ -280,8 +280,8 @@ func contractKeepAlive(t *testing.T, b backend) {
 	if err := <-done; !errors.Is(err, context.Canceled) {
 		t.Fatalf("KeepAlive after cancel = %v", err)
 	}
-	if n := renewals.Load(); n < 8 {
-		t.Fatalf("%d renewals over 8 ttls, want at least 8", n)
+	if n := renewals.Load(); n < 6 {
+		t.Fatalf("%d renewals over 4 ttls, want about 12", n)
 	}
 	// Renewal stopped: the lease runs out and another owner gets in.
 	res, err := c.Acquire(ctx, redislock.Request{Key: "ka", Mode: redislock.Write, Owner: "b", TTL: minute, Wait: 5 * time.Second})
@@ -411,7 +411,7 @@ func contractNothingLeftBehind(t *testing.T, b backend) {
 	for i := range 50 {
 		key := fmt.Sprint("job/", i)
 		// Request ids are remembered for the lease's ttl, so keep it short.
-		l := mustAcquire(t, c, redislock.Request{Key: key, Mode: redislock.Mode(1 + i%2), TTL: 300 * time.Millisecond, RequestID: "r"})
+		l := mustAcquire(t, c, redislock.Request{Key: key, Mode: redislock.Mode(1 + i%2), TTL: 2 * time.Second, RequestID: "r"})
 		if i%3 == 0 {
 			mustRefuse(t, c, redislock.Request{Key: key, Mode: redislock.Write, TTL: minute, Wait: 20 * time.Millisecond})
 		}
@@ -493,7 +493,7 @@ func contractWaitEnds(t *testing.T, b backend) {
 
 func waitUntil(t *testing.T, what string, cond func() bool) {
 	t.Helper()
-	deadline := time.Now().Add(10 * time.Second)
+	deadline := time.Now().Add(30 * time.Second)
 	for !cond() {
 		if time.Now().After(deadline) {
 			t.Fatalf("timed out waiting until %s", what)

@@ -165,6 +165,7 @@ type Client struct {
 	maxRecheck time.Duration
 	obs        Observer
 	subs       *subscriber
+	renewer    *renewer
 }
 
 // New returns a Client on rdb, which may be a *redis.Client, a Sentinel
@@ -193,11 +194,13 @@ func New(rdb redis.UniversalClient, opts Options) *Client {
 		maxRecheck: opts.MaxRecheck,
 		obs:        obs,
 		subs:       newSubscriber(rdb, sharded),
+		renewer:    newRenewer(rdb),
 	}
 }
 
-// Close stops the Client's subscriptions. It does not close rdb.
+// Close stops the Client's subscriptions and renewals. It does not close rdb.
 func (c *Client) Close() error {
+	c.renewer.close()
 	return c.subs.close()
 }
 
@@ -240,6 +243,9 @@ func (c *Client) Acquire(ctx context.Context, req Request) (Result, error) {
 	wake, done, err := c.subs.subscribe(ctx, ks.channel, deadline)
 	if err != nil {
 		a.unwait()
+		if errors.Is(err, context.DeadlineExceeded) && ctx.Err() == nil {
+			err = nil // the wait ended before the subscription was confirmed
+		}
 		return a.finish(ctx, res, err)
 	}
 	defer done()
@@ -368,7 +374,7 @@ func (c *Client) Release(ctx context.Context, key, leaseID, requestID string) (u
 		return 0, err
 	}
 	if status(reply) != 1 {
-		return 0, fmt.Errorf("%w: key %q", ErrNotHeld, key)
+		return 0, notHeld(key)
 	}
 	n, _ := reply[1].(int64)
 	if n == 0 && len(reply) == 4 {
@@ -394,7 +400,7 @@ func (c *Client) Renew(ctx context.Context, key, leaseID string, ttl time.Durati
 		return Lease{}, err
 	}
 	if status(reply) != 1 {
-		return Lease{}, fmt.Errorf("%w: key %q", ErrNotHeld, key)
+		return Lease{}, notHeld(key)
 	}
 	return parseLease(key, reply)
 }
@@ -404,23 +410,23 @@ func (c *Client) Renew(ctx context.Context, key, leaseID string, ttl time.Durati
 // is lost. It returns an error wrapping ErrNotHeld when the lease is gone, or
 // when renewals kept failing until the lease was about to run out: the
 // holder learns of the loss before anyone else can be granted the lock.
+// Renewals of all leases a Client keeps alive share pipelines.
 func (c *Client) KeepAlive(ctx context.Context, key, leaseID string, ttl time.Duration, renewed func(Lease) error) error {
+	if err := ValidateKey(key); err != nil {
+		return err
+	}
+	if ttl < 0 {
+		return fmt.Errorf("%w: ttl must not be negative, got %v", ErrInvalidTTL, ttl)
+	}
+	ks := newKeySet(c.prefix, key)
 	var (
-		expiry  time.Time // by the local clock, erring early
-		span    time.Duration
-		lastErr error
+		expiry time.Time // by the local clock, erring early
+		span   time.Duration
 	)
-	timer := time.NewTimer(0)
-	defer timer.Stop()
+	due := time.Now()
 	for {
-		select {
-		case <-ctx.Done():
-			return ctx.Err()
-		case <-timer.C:
-		}
-		sent := time.Now()
-		lease, err := c.Renew(ctx, key, leaseID, ttl)
-		switch {
+		res := c.renewer.renew(ctx, ks, key, leaseID, ttl, span/10, due)
+		switch err := res.err; {
 		case ctx.Err() != nil:
 			return ctx.Err()
 		case errors.Is(err, ErrNotHeld):
@@ -429,21 +435,24 @@ func (c *Client) KeepAlive(ctx context.Context, key, leaseID string, ttl time.Du
 		case err != nil && expiry.IsZero():
 			return err
 		case err != nil:
-			lastErr = err
 			giveUp := expiry.Add(-span / 6)
 			if !time.Now().Before(giveUp) {
 				c.obs.Lost()
-				return fmt.Errorf("%w: key %q: renewals failed until the lease ran out: %v", ErrNotHeld, key, lastErr)
+				return fmt.Errorf("%w: key %q: renewals failed until the lease ran out: %v", ErrNotHeld, key, err)
 			}
-			timer.Reset(min(span/10, time.Until(giveUp)))
+			due = time.Now().Add(min(span/10, time.Until(giveUp)))
 			continue
 		}
-		expiry, span, lastErr = sent.Add(lease.remaining), lease.TTL, nil
-		if err := renewed(lease); err != nil {
+		expiry, span = res.sent.Add(res.lease.remaining), res.lease.TTL
+		if err := renewed(res.lease); err != nil {
 			return err
 		}
-		timer.Reset(span / 3)
+		due = res.sent.Add(span / 3)
 	}
+}
+
+func notHeld(key string) error {
+	return fmt.Errorf("%w: key %q", ErrNotHeld, key)
 }
 
 func status(reply []any) int64 {

@@ -264,7 +264,7 @@ func TestKeepAliveStream(t *testing.T) {
 		inst := startInstance(t, rdb, service.DefaultLimits())
 		lc := inst.client
 		ctx := timeout(t, 30*time.Second)
-		const ttl = 300 * time.Millisecond
+		const ttl = time.Second
 		a, err := lc.Acquire(ctx, &lockdv1.AcquireRequest{Key: "ka", Owner: "a", Ttl: durationpb.New(ttl)})
 		if err != nil || !a.GetAcquired() {
 			t.Fatal(a, err)
@@ -279,7 +279,7 @@ func TestKeepAliveStream(t *testing.T) {
 		}
 		var renewals int
 		start := time.Now()
-		for time.Since(start) < 6*ttl {
+		for time.Since(start) < 3*ttl {
 			msg, err := stream.Recv()
 			if err != nil {
 				t.Fatalf("Recv after %d renewals: %v", renewals, err)
@@ -289,8 +289,8 @@ func TestKeepAliveStream(t *testing.T) {
 			}
 			renewals++
 		}
-		if renewals < 6 {
-			t.Fatalf("%d renewals in 6 ttls", renewals)
+		if renewals < 5 {
+			t.Fatalf("%d renewals in 3 ttls, want about 9", renewals)
 		}
 		b, err := lc.Acquire(ctx, &lockdv1.AcquireRequest{Key: "ka", Owner: "b"})
 		if err != nil || b.GetAcquired() {
@@ -478,7 +478,7 @@ func TestRedisDownIsUnavailable(t *testing.T) {
 
 func waitFor(t *testing.T, what string, cond func() bool) {
 	t.Helper()
-	deadline := time.Now().Add(10 * time.Second)
+	deadline := time.Now().Add(30 * time.Second)
 	for !cond() {
 		if time.Now().After(deadline) {
 			t.Fatalf("timed out waiting for %s", what)
