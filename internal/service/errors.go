@@ -7,6 +7,7 @@ import (
 	"log/slog"
 	"net"
 	"strings"
+	"time"
 
 	"github.com/redis/go-redis/v9"
 	"google.golang.org/grpc/codes"
@@ -52,6 +53,10 @@ func toStatus(ctx context.Context, log *slog.Logger, err error) error {
 		}
 	}
 	switch {
+	case errors.Is(err, context.DeadlineExceeded) && ctx.Err() == nil:
+		// The bound lockd puts on Redis calls ran out before the caller's
+		// deadline: Redis did not answer in time.
+		return status.Error(codes.Unavailable, "redis did not answer in time")
 	case errors.Is(err, context.Canceled), errors.Is(err, context.DeadlineExceeded):
 		return status.FromContextError(err).Err()
 	case redisUnavailable(err):
@@ -81,4 +86,16 @@ func redisUnavailable(err error) bool {
 	}
 	// Dial and connection errors that are not net.Error.
 	return strings.Contains(err.Error(), "connection refused") || strings.Contains(err.Error(), "connection reset")
+}
+
+// bounded returns ctx with a deadline a little before the caller's, so that
+// when Redis does not answer the caller still hears UNAVAILABLE (retryable)
+// from lockd rather than its own DEADLINE_EXCEEDED.
+func bounded(ctx context.Context) (context.Context, context.CancelFunc) {
+	dl, ok := ctx.Deadline()
+	if !ok {
+		return context.WithCancel(ctx)
+	}
+	left := time.Until(dl)
+	return context.WithDeadline(ctx, dl.Add(-min(left/10, 100*time.Millisecond)))
 }

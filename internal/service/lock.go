@@ -104,15 +104,11 @@ func (s *LockServer) acquire(ctx context.Context, mode redislock.Mode, req acqui
 	if wait > s.limits.MaxWait {
 		return redislock.Result{}, invalid("wait_timeout must be at most %v, got %v", s.limits.MaxWait, wait)
 	}
-	if dl, ok := ctx.Deadline(); ok && wait > 0 {
-		// End the wait a little before the RPC deadline, so the answer
-		// (acquired=false) still reaches the caller.
-		left := time.Until(dl)
-		wait = min(wait, left-min(left/10, 50*time.Millisecond))
-		if wait <= 0 {
-			wait = 0
-		}
-	}
+	// The wait, and every Redis call, ends a little before the caller's
+	// deadline, so the answer (acquired=false, or UNAVAILABLE when Redis
+	// does not answer) still reaches the caller.
+	bctx, cancel := bounded(ctx)
+	defer cancel()
 	if wait > 0 && s.limits.MaxWaiters > 0 {
 		if s.waiters.Add(1) > int64(s.limits.MaxWaiters) {
 			s.waiters.Add(-1)
@@ -120,7 +116,7 @@ func (s *LockServer) acquire(ctx context.Context, mode redislock.Mode, req acqui
 		}
 		defer s.waiters.Add(-1)
 	}
-	res, err := s.engine.Acquire(ctx, redislock.Request{
+	res, err := s.engine.Acquire(bctx, redislock.Request{
 		Key: req.GetKey(), Mode: mode, Owner: req.GetOwner(), TTL: ttl, Wait: wait, RequestID: req.GetRequestId(),
 	})
 	return res, toStatus(ctx, s.log, err)
@@ -137,7 +133,9 @@ func (s *LockServer) Release(ctx context.Context, req *lockdv1.ReleaseRequest) (
 	if err := validText("request_id", req.GetRequestId(), maxRequestIDBytes); err != nil {
 		return nil, err
 	}
-	n, err := s.engine.Release(ctx, req.GetKey(), req.GetLeaseId(), req.GetRequestId())
+	bctx, cancel := bounded(ctx)
+	defer cancel()
+	n, err := s.engine.Release(bctx, req.GetKey(), req.GetLeaseId(), req.GetRequestId())
 	if err != nil {
 		return nil, toStatus(ctx, s.log, err)
 	}
@@ -156,7 +154,9 @@ func (s *LockServer) Renew(ctx context.Context, req *lockdv1.RenewRequest) (*loc
 	if err != nil {
 		return nil, err
 	}
-	l, err := s.engine.Renew(ctx, req.GetKey(), req.GetLeaseId(), ttl)
+	bctx, cancel := bounded(ctx)
+	defer cancel()
+	l, err := s.engine.Renew(bctx, req.GetKey(), req.GetLeaseId(), ttl)
 	if err != nil {
 		return nil, toStatus(ctx, s.log, err)
 	}
