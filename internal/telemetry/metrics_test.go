@@ -1,0 +1,210 @@
+package telemetry
+
+import (
+	"context"
+	"strings"
+	"testing"
+	"time"
+
+	dto "github.com/prometheus/client_model/go"
+
+	"github.com/lockd/lockd/internal/redislock"
+)
+
+// TestMetricsExposition records lock and token events and a real RPC, then
+// reads the promised series back from the metrics handler, with exactly
+// their promised labels.
+func TestMetricsExposition(t *testing.T) {
+	t.Parallel()
+	tel := setup(t, Options{ServiceName: "lockd-test"})
+	srv := serve(t, tel, func(context.Context) error { return nil })
+	srv.ping(t, t.Context())
+	srv.checkHealth(t, t.Context())
+	srv.stop()
+
+	locks, tokens := tel.Locks(), tel.Tokens()
+	locks.Granted(redislock.Read, 300*time.Microsecond)
+	locks.Granted(redislock.Write, 2*time.Millisecond)
+	locks.Granted(redislock.Write, 40*time.Second)
+	locks.Granted(redislock.Mode(9), time.Millisecond)
+	locks.Waited(redislock.Read, 5*time.Second)
+	locks.Released(redislock.Read, 3*time.Second)
+	locks.Lost()
+	tel.RegisterKeepAliveStreams(func() int64 { return 7 })
+	tokens.TokenMinted("wxapp")
+	tokens.TokenUpstreamError("wxapp", 40001)
+	tokens.TokenTransportError("wxapp")
+	tokens.TokenTransportError("wxapp")
+
+	fams := scrape(t, tel.MetricsHandler())
+
+	tests := []struct {
+		name   string
+		family string
+		typ    dto.MetricType
+		labels map[string]string
+		value  float64 // a counter's or gauge's value, a histogram's count
+	}{
+		{"a read grant is counted under mode read", "lockd_lock_grants_total", dto.MetricType_COUNTER, map[string]string{"mode": "read"}, 1},
+		{"write grants are counted apart from reads", "lockd_lock_grants_total", dto.MetricType_COUNTER, map[string]string{"mode": "write"}, 2},
+		{"a mode the package does not know is labelled unknown", "lockd_lock_grants_total", dto.MetricType_COUNTER, map[string]string{"mode": "unknown"}, 1},
+		{"a grant observes its wait with outcome granted", "lockd_lock_wait_seconds", dto.MetricType_HISTOGRAM, map[string]string{"mode": "write", "outcome": "granted"}, 2},
+		{"a wait ending without the lock is observed with outcome timeout", "lockd_lock_wait_seconds", dto.MetricType_HISTOGRAM, map[string]string{"mode": "read", "outcome": "timeout"}, 1},
+		{"a release observes the hold time by mode", "lockd_lock_hold_seconds", dto.MetricType_HISTOGRAM, map[string]string{"mode": "read"}, 1},
+		{"a lost lease is counted without labels", "lockd_lock_lost_total", dto.MetricType_COUNTER, map[string]string{}, 1},
+		{"the keepalive gauge reads the registered function", "lockd_keepalive_streams", dto.MetricType_GAUGE, map[string]string{}, 7},
+		{"a mint is counted per app", "lockd_token_mints_total", dto.MetricType_COUNTER, map[string]string{"app": "wxapp"}, 1},
+		{"an upstream errcode is labelled in decimal", "lockd_token_upstream_errors_total", dto.MetricType_COUNTER, map[string]string{"app": "wxapp", "errcode": "40001"}, 1},
+		{"a transport failure is labelled errcode transport", "lockd_token_upstream_errors_total", dto.MetricType_COUNTER, map[string]string{"app": "wxapp", "errcode": "transport"}, 2},
+		{"the RPC is measured by otelgrpc", "rpc_server_call_duration_seconds", dto.MetricType_HISTOGRAM, map[string]string{"rpc_method": "lockd.telemetrytest.Pinger/Ping", "rpc_response_status_code": "OK", "rpc_system_name": "grpc"}, 1},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel()
+			fam, ok := fams[tc.family]
+			if !ok {
+				t.Fatalf("no family %s", tc.family)
+			}
+			if fam.GetType() != tc.typ {
+				t.Fatalf("%s is a %v, want %v", tc.family, fam.GetType(), tc.typ)
+			}
+			m := find(fam, tc.labels)
+			if m == nil {
+				var got []map[string]string
+				for _, m := range fam.GetMetric() {
+					got = append(got, labels(m))
+				}
+				t.Fatalf("%s has no series labelled exactly %v; it has %v", tc.family, tc.labels, got)
+			}
+			var v float64
+			switch tc.typ {
+			case dto.MetricType_COUNTER:
+				v = m.GetCounter().GetValue()
+			case dto.MetricType_GAUGE:
+				v = m.GetGauge().GetValue()
+			case dto.MetricType_HISTOGRAM:
+				v = float64(m.GetHistogram().GetSampleCount())
+			}
+			if v != tc.value {
+				t.Errorf("%s%v = %v, want %v", tc.family, tc.labels, v, tc.value)
+			}
+		})
+	}
+
+	t.Run("health checks leave no rpc_server series", func(t *testing.T) {
+		t.Parallel()
+		for name, fam := range fams {
+			if !strings.HasPrefix(name, "rpc_server_") {
+				continue
+			}
+			for _, m := range fam.GetMetric() {
+				if strings.HasPrefix(labels(m)["rpc_method"], "grpc.health.v1.") {
+					t.Errorf("%s has a health check series: %v", name, labels(m))
+				}
+			}
+		}
+	})
+	t.Run("the wait histogram spans sub-millisecond to minutes", func(t *testing.T) {
+		t.Parallel()
+		m := find(fams["lockd_lock_wait_seconds"], map[string]string{"mode": "write", "outcome": "granted"})
+		b := m.GetHistogram().GetBucket()
+		if lo, hi := b[0].GetUpperBound(), b[len(b)-1].GetUpperBound(); lo > 0.001 || hi < 60 {
+			t.Errorf("buckets from %v to %v, want from at most 1ms to at least 60s", lo, hi)
+		}
+	})
+	t.Run("runtime and process collectors are served beside", func(t *testing.T) {
+		t.Parallel()
+		for _, name := range []string{"go_goroutines", "target_info"} {
+			if _, ok := fams[name]; !ok {
+				t.Errorf("no family %s", name)
+			}
+		}
+	})
+}
+
+// TestKeepAliveGaugeFollowsRegistration shows the gauge absent before a
+// function is registered, replaced by a later one, and gone after nil.
+func TestKeepAliveGaugeFollowsRegistration(t *testing.T) {
+	t.Parallel()
+	tel := setup(t, Options{})
+	gauge := func() (float64, bool) {
+		fam, ok := scrape(t, tel.MetricsHandler())["lockd_keepalive_streams"]
+		if !ok || len(fam.GetMetric()) == 0 {
+			return 0, false
+		}
+		return fam.GetMetric()[0].GetGauge().GetValue(), true
+	}
+	if v, ok := gauge(); ok {
+		t.Fatalf("gauge = %v before any registration, want no series", v)
+	}
+	tel.RegisterKeepAliveStreams(func() int64 { return 1 })
+	tel.RegisterKeepAliveStreams(func() int64 { return 10000 })
+	if v, ok := gauge(); !ok || v != 10000 {
+		t.Fatalf("gauge = %v, %v; want the later function's 10000", v, ok)
+	}
+	tel.RegisterKeepAliveStreams(nil)
+	if v, ok := gauge(); ok {
+		t.Fatalf("gauge = %v after nil, want no series", v)
+	}
+}
+
+// TestSeveralInOneProcess shows that each Telemetry has a registry of its
+// own: two in one process neither collide nor see each other's series.
+func TestSeveralInOneProcess(t *testing.T) {
+	t.Parallel()
+	a, b := setup(t, Options{}), setup(t, Options{})
+	a.Locks().Lost()
+	if _, ok := scrape(t, b.MetricsHandler())["lockd_lock_lost_total"]; ok {
+		t.Error("b serves a's lost lease")
+	}
+	if _, ok := scrape(t, a.MetricsHandler())["lockd_lock_lost_total"]; !ok {
+		t.Error("a does not serve its lost lease")
+	}
+}
+
+// TestNilMetricsRecordNothing shows that nil metrics are safe to call, for
+// callers built without telemetry.
+func TestNilMetricsRecordNothing(t *testing.T) {
+	t.Parallel()
+	var locks *LockMetrics
+	locks.Granted(redislock.Write, time.Second)
+	locks.Waited(redislock.Write, time.Second)
+	locks.Released(redislock.Write, time.Second)
+	locks.Lost()
+	var tokens *TokenMetrics
+	tokens.TokenMinted("app")
+	tokens.TokenUpstreamError("app", 40001)
+	tokens.TokenTransportError("app")
+}
+
+// TestLockMetricsDoNotAllocate holds the observer's hot path to zero
+// allocations per event. Not parallel: AllocsPerRun counts the whole
+// process's allocations and refuses to run in a parallel test.
+func TestLockMetricsDoNotAllocate(t *testing.T) {
+	m := setup(t, Options{}).Locks()
+	events := func() {
+		m.Granted(redislock.Write, time.Millisecond)
+		m.Waited(redislock.Read, time.Second)
+		m.Released(redislock.Write, time.Second)
+		m.Lost()
+	}
+	events() // the first event of each series builds its aggregation
+	if n := testing.AllocsPerRun(100, events); n != 0 {
+		t.Errorf("%v allocations per round of lock events, want 0", n)
+	}
+}
+
+func BenchmarkLockMetricsGranted(b *testing.B) {
+	tel, err := Setup(b.Context(), Options{})
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer tel.Shutdown(context.Background())
+	m := tel.Locks()
+	b.ReportAllocs()
+	b.RunParallel(func(pb *testing.PB) {
+		for pb.Next() {
+			m.Granted(redislock.Write, time.Millisecond)
+		}
+	})
+}
