@@ -6,7 +6,7 @@ cd "$(dirname "$0")/.."
 
 count=${BENCH_COUNT:-3}
 benchtime=${BENCH_TIME:-3s}
-cmd=(go test -run '^$' -bench . -benchtime "$benchtime" -count "$count" ./internal/bench/)
+cmd=(go test -run '^$' -bench . -benchtime "$benchtime" -count "$count" ./internal/bench/ ./internal/e2e/)
 raw=$(mktemp)
 trap 'rm -f "$raw"' EXIT
 echo "running: ${cmd[*]}" >&2

@@ -27,7 +27,7 @@ var (
 
 // lockdBinary builds cmd/lockd once per test binary (with the race detector
 // when the tests run with it) and returns its path.
-func lockdBinary(t *testing.T) string {
+func lockdBinary(t testing.TB) string {
 	t.Helper()
 	buildOnce.Do(func() {
 		dir, err := os.MkdirTemp("", "lockd-e2e-")
@@ -64,7 +64,7 @@ type process struct {
 // startLockd runs lockd with args (plus free --listen and --http-listen
 // addresses) and waits until its health check answers SERVING. The process
 // is killed at cleanup if it is still running.
-func startLockd(t *testing.T, env []string, args ...string) *process {
+func startLockd(t testing.TB, env []string, args ...string) *process {
 	t.Helper()
 	bin := lockdBinary(t)
 	p := &process{addr: freeAddr(t), http: freeAddr(t), logs: &syncBuffer{}, done: make(chan error, 1)}
@@ -116,7 +116,7 @@ func (p *process) serving() bool {
 }
 
 // dial returns a client connection to the process, closed at cleanup.
-func (p *process) dial(t *testing.T) *grpc.ClientConn {
+func (p *process) dial(t testing.TB) *grpc.ClientConn {
 	t.Helper()
 	conn, err := grpc.NewClient(p.addr, grpc.WithTransportCredentials(insecure.NewCredentials()))
 	if err != nil {
@@ -127,7 +127,7 @@ func (p *process) dial(t *testing.T) *grpc.ClientConn {
 }
 
 // terminate sends SIGTERM and waits for the process to exit.
-func (p *process) terminate(t *testing.T) error {
+func (p *process) terminate(t testing.TB) error {
 	t.Helper()
 	if err := p.cmd.Process.Signal(syscall.SIGTERM); err != nil {
 		t.Fatal(err)
@@ -141,7 +141,7 @@ func (p *process) terminate(t *testing.T) error {
 	}
 }
 
-func freeAddr(t *testing.T) string {
+func freeAddr(t testing.TB) string {
 	t.Helper()
 	l, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {

@@ -2,8 +2,6 @@ package redislock_test
 
 import (
 	"context"
-	"strconv"
-	"strings"
 	"testing"
 	"time"
 
@@ -13,26 +11,8 @@ import (
 	"github.com/lockd/lockd/internal/redistest"
 )
 
-// scriptCalls reads how many scripts Redis has run (EVAL and EVALSHA).
 func scriptCalls(t *testing.T, rdb *redis.Client) int {
-	t.Helper()
-	info, err := rdb.Info(context.Background(), "commandstats").Result()
-	if err != nil {
-		t.Fatal(err)
-	}
-	total := 0
-	for _, line := range strings.Split(info, "\n") {
-		if !strings.HasPrefix(line, "cmdstat_eval:") && !strings.HasPrefix(line, "cmdstat_evalsha:") {
-			continue
-		}
-		for _, f := range strings.Split(strings.SplitN(line, ":", 2)[1], ",") {
-			if v, ok := strings.CutPrefix(f, "calls="); ok {
-				n, _ := strconv.Atoi(strings.TrimSpace(v))
-				total += n
-			}
-		}
-	}
-	return total
+	return int(redistest.ScriptCalls(t, rdb))
 }
 
 // TestOneScriptCallPerOperation counts Redis round trips: an uncontended

@@ -584,3 +584,27 @@ func waitFor(tb testing.TB, timeout time.Duration, what string, check func(ctx c
 		time.Sleep(100 * time.Millisecond)
 	}
 }
+
+// ScriptCalls returns how many scripts (EVAL and EVALSHA) the server behind
+// c has run, from INFO commandstats: for tests that count Redis round trips.
+func ScriptCalls(tb testing.TB, c *redis.Client) int64 {
+	tb.Helper()
+	info, err := c.Info(context.Background(), "commandstats").Result()
+	if err != nil {
+		tb.Fatal(err)
+	}
+	var total int64
+	for _, line := range strings.Split(info, "\n") {
+		name, stats, ok := strings.Cut(strings.TrimSpace(line), ":")
+		if !ok || (name != "cmdstat_eval" && name != "cmdstat_evalsha") {
+			continue
+		}
+		for _, f := range strings.Split(stats, ",") {
+			if v, ok := strings.CutPrefix(f, "calls="); ok {
+				n, _ := strconv.ParseInt(v, 10, 64)
+				total += n
+			}
+		}
+	}
+	return total
+}
