@@ -1,0 +1,241 @@
+// Package config reads lockd's YAML configuration file (--config): the apps
+// whose access_tokens lockd serves, and the clients allowed to call it.
+//
+// Secrets never live in the file: each app names an environment variable
+// (secret_env) or a file (secret_file) holding its secret, and each client
+// one holding its bearer token (token_env, token_file). Parse and Load read
+// them, validate everything, and report every problem at once, naming the
+// app or client and the field, never a secret.
+//
+//	apps:
+//	  - name: mp               # what clients pass as `app`
+//	    provider: wechat       # wechat | wecom
+//	    appid: wx1234          # wecom: the corpid
+//	    secret_env: MP_SECRET  # or secret_file: /run/secrets/mp
+//	    token_api: classic     # classic | stable (wechat only)
+//	    api_base: https://api.weixin.qq.com
+//	auth:                      # absent = no authentication
+//	  clients:
+//	    - name: orders
+//	      token_env: ORDERS_TOKEN   # or token_file
+//	      locks: ["orders/"]        # key prefixes it may lock; [""] = all
+//	      apps: ["mp"]              # apps whose tokens it may read
+package config
+
+import (
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"os"
+	"path/filepath"
+
+	"github.com/lockd/lockd/internal/wechat"
+)
+
+// ErrInvalid is wrapped by every error Parse and Load return for a file
+// that is not a valid configuration. The message lists every problem found.
+var ErrInvalid = errors.New("config: invalid")
+
+const (
+	// MaxFileBytes bounds the configuration file.
+	MaxFileBytes = 1 << 20
+	// MaxSecretFileBytes bounds a secret_file or token_file.
+	MaxSecretFileBytes = 64 << 10
+	// MaxNameBytes bounds app and client names.
+	MaxNameBytes = 64
+	// MinClientTokenBytes is the shortest bearer token a client may have:
+	// shorter ones can be guessed.
+	MinClientTokenBytes = 16
+	// MaxLockPrefixBytes bounds an entry of a client's locks, as keys are.
+	MaxLockPrefixBytes = 512
+)
+
+// Config is lockd's configuration file.
+type Config struct {
+	// Apps are the apps whose access_tokens lockd serves, in file order.
+	Apps []App
+	// Auth lists the clients allowed to call lockd; nil means no
+	// authentication.
+	Auth *Auth
+}
+
+// App is one entry of the apps list.
+type App struct {
+	// Name is what clients pass as `app`: 1 to MaxNameBytes letters,
+	// digits, '.', '_' or '-', starting with a letter or digit.
+	Name string
+	// Provider is wechat.ProviderWeChat or wechat.ProviderWeCom.
+	Provider string
+	// AppID is the appid (wechat) or corpid (wecom).
+	AppID string
+	// SecretEnv names the environment variable holding the secret, when
+	// the secret comes from the environment.
+	SecretEnv string
+	// SecretFile is the file holding the secret, when it comes from a
+	// file; a relative path is relative to the configuration file.
+	SecretFile string
+	// TokenAPI is wechat.TokenAPIClassic (default) or wechat.TokenAPIStable
+	// for provider wechat; empty for wecom.
+	TokenAPI string
+	// APIBase overrides the upstream's scheme and host (tests, proxies);
+	// empty means the provider's public host.
+	APIBase string
+	// Secret is the AppSecret or corpsecret read from SecretEnv or
+	// SecretFile, without a trailing newline.
+	Secret Secret
+}
+
+// WeChat returns the upstream configuration of a.
+func (a App) WeChat() wechat.Config {
+	return wechat.Config{
+		Provider: a.Provider,
+		TokenAPI: a.TokenAPI,
+		APIBase:  a.APIBase,
+		AppID:    a.AppID,
+		Secret:   string(a.Secret),
+	}
+}
+
+// LogValue lets log/slog print a without its secret.
+func (a App) LogValue() slog.Value {
+	return slog.GroupValue(
+		slog.String("name", a.Name),
+		slog.String("provider", a.Provider),
+		slog.String("appid", a.AppID),
+		slog.String("token_api", a.TokenAPI),
+		slog.String("api_base", a.APIBase),
+	)
+}
+
+// Auth is the auth section: who may call lockd, and for what.
+type Auth struct {
+	// Clients are the callers lockd knows, in file order.
+	Clients []Client
+}
+
+// Client is one entry of auth.clients.
+type Client struct {
+	// Name identifies the client in logs; the same rule as App.Name.
+	Name string
+	// TokenEnv names the environment variable holding the bearer token,
+	// when it comes from the environment.
+	TokenEnv string
+	// TokenFile is the file holding the bearer token, when it comes from a
+	// file; a relative path is relative to the configuration file.
+	TokenFile string
+	// Locks are the key prefixes the client may lock; "" allows every key.
+	Locks []string
+	// Apps are the names of the apps whose tokens the client may read.
+	Apps []string
+	// Token is the bearer token read from TokenEnv or TokenFile, at least
+	// MinClientTokenBytes of printable ASCII without spaces. Clients send
+	// it as "authorization: Bearer <token>".
+	Token Secret
+}
+
+// LogValue lets log/slog print c without its token.
+func (c Client) LogValue() slog.Value {
+	return slog.GroupValue(
+		slog.String("name", c.Name),
+		slog.Any("locks", c.Locks),
+		slog.Any("apps", c.Apps),
+	)
+}
+
+// Secret is a value read from the environment or a file that must not be
+// shown: it prints, logs and marshals as "REDACTED". Convert it with
+// string(s) where the value itself is needed.
+type Secret string
+
+// String returns "REDACTED", or "" for an empty secret.
+func (s Secret) String() string {
+	if s == "" {
+		return ""
+	}
+	return "REDACTED"
+}
+
+// GoString is String, so that %#v hides the secret as well.
+func (s Secret) GoString() string { return s.String() }
+
+// LogValue lets log/slog print the secret masked.
+func (s Secret) LogValue() slog.Value { return slog.StringValue(s.String()) }
+
+// MarshalText masks the secret in JSON, YAML and other text encodings.
+func (s Secret) MarshalText() ([]byte, error) { return []byte(s.String()), nil }
+
+// App returns the app called name.
+func (c *Config) App(name string) (App, bool) {
+	if c == nil {
+		return App{}, false
+	}
+	for _, a := range c.Apps {
+		if a.Name == name {
+			return a, true
+		}
+	}
+	return App{}, false
+}
+
+// Sources is where Parse reads what the file refers to.
+type Sources struct {
+	// LookupEnv reads an environment variable; nil means os.LookupEnv.
+	LookupEnv func(string) (string, bool)
+	// ReadFile reads a secret or token file; nil means reading the file
+	// system, at most MaxSecretFileBytes.
+	ReadFile func(string) ([]byte, error)
+	// Dir is the directory relative secret_file and token_file paths are
+	// relative to; empty means the working directory.
+	Dir string
+}
+
+// Load reads and validates the configuration file at path. Relative
+// secret_file and token_file paths are taken relative to the file's
+// directory; lookupEnv (nil means os.LookupEnv) reads secret_env and
+// token_env.
+func Load(path string, lookupEnv func(string) (string, bool)) (*Config, error) {
+	data, err := readBounded(path, MaxFileBytes)
+	if err != nil {
+		return nil, fmt.Errorf("config: %w", err)
+	}
+	c, err := Parse(data, Sources{LookupEnv: lookupEnv, Dir: filepath.Dir(path)})
+	if err != nil {
+		return nil, fmt.Errorf("%s: %w", path, err)
+	}
+	return c, nil
+}
+
+// readBounded reads a file of at most limit bytes.
+func readBounded(path string, limit int64) ([]byte, error) {
+	f, err := os.Open(path)
+	if err != nil {
+		return nil, err
+	}
+	defer f.Close()
+	data, err := io.ReadAll(io.LimitReader(f, limit+1))
+	if err != nil {
+		return nil, err
+	}
+	if int64(len(data)) > limit {
+		return nil, fmt.Errorf("%s: longer than %d bytes", path, limit)
+	}
+	return data, nil
+}
+
+func (s Sources) withDefaults() Sources {
+	if s.LookupEnv == nil {
+		s.LookupEnv = os.LookupEnv
+	}
+	if s.ReadFile == nil {
+		s.ReadFile = func(path string) ([]byte, error) { return readBounded(path, MaxSecretFileBytes) }
+	}
+	return s
+}
+
+func (s Sources) path(p string) string {
+	if filepath.IsAbs(p) || s.Dir == "" {
+		return p
+	}
+	return filepath.Join(s.Dir, p)
+}
