@@ -14,6 +14,7 @@ import (
 	"strings"
 	"syscall"
 
+	"github.com/lockd/lockd/internal/config"
 	"github.com/lockd/lockd/internal/server"
 	"github.com/lockd/lockd/internal/service"
 )
@@ -51,6 +52,8 @@ func parseFlags(args []string, getenv func(string) string, stderr io.Writer) (se
 	fs.BoolVar(&cfg.RedisCluster, "redis-cluster", false, "force Redis Cluster mode for a single seed address")
 	fs.StringVar(&cfg.RedisMaster, "redis-master", "", "Sentinel master name (then --redis lists sentinels)")
 	fs.BoolVar(&cfg.Reflection, "reflection", true, "serve gRPC server reflection")
+	var configPath string
+	fs.StringVar(&configPath, "config", "", "YAML file: apps and auth (see the README)")
 	fs.DurationVar(&cfg.Limits.DefaultTTL, "default-ttl", cfg.Limits.DefaultTTL, "lease ttl when a request leaves it unset")
 	fs.DurationVar(&cfg.Limits.MinTTL, "min-ttl", cfg.Limits.MinTTL, "shortest ttl a request may ask for")
 	fs.DurationVar(&cfg.Limits.MaxTTL, "max-ttl", cfg.Limits.MaxTTL, "longest ttl a request may ask for")
@@ -81,6 +84,15 @@ func parseFlags(args []string, getenv func(string) string, stderr io.Writer) (se
 	}
 	if err := cfg.Limits.Validate(); err != nil {
 		return cfg, level, err
+	}
+	if configPath != "" {
+		// Secrets come from the same environment as the flags.
+		lookup := func(name string) (string, bool) { v := getenv(name); return v, v != "" }
+		f, err := config.Load(configPath, lookup)
+		if err != nil {
+			return cfg, level, err
+		}
+		cfg.File = f
 	}
 	return cfg, level, nil
 }

@@ -25,9 +25,11 @@ import (
 	"google.golang.org/grpc/status"
 
 	lockdv1 "github.com/lockd/lockd/gen/lockd/v1"
+	"github.com/lockd/lockd/internal/config"
 	"github.com/lockd/lockd/internal/embedded"
 	"github.com/lockd/lockd/internal/redislock"
 	"github.com/lockd/lockd/internal/service"
+	"github.com/lockd/lockd/internal/token"
 )
 
 // Config is everything lockd is started with.
@@ -45,6 +47,10 @@ type Config struct {
 	RedisMaster string
 	// Reflection serves gRPC server reflection.
 	Reflection bool
+	// File is the parsed --config file: the apps whose access_tokens
+	// TokenService serves, and auth. Nil means no apps (every
+	// GetAccessToken is NOT_FOUND) and no auth.
+	File *config.Config
 	// Limits bound what callers may ask for.
 	Limits service.Limits
 	// ShutdownTimeout bounds the graceful drain on shutdown.
@@ -82,6 +88,11 @@ func Run(ctx context.Context, cfg Config) error {
 	if cfg.ShutdownTimeout <= 0 {
 		cfg.ShutdownTimeout = 10 * time.Second
 	}
+	if cfg.File != nil && cfg.File.Auth != nil {
+		// Serving without the authentication the file asks for would
+		// expose every lock and token; refuse until auth is enforced.
+		return errors.New("--config: the auth section is not enforced by this build of lockd; remove it to run without authentication")
+	}
 
 	redis.SetLogger(redisLogger{log})
 	rdb, closeStore, err := connect(cfg, log)
@@ -94,12 +105,30 @@ func Run(ctx context.Context, cfg Config) error {
 	defer engine.Close()
 	locks := service.NewLockServer(engine, cfg.Limits, log)
 
+	broker, err := newBroker(rdb, cfg.File, log)
+	if err != nil {
+		return err
+	}
+	defer broker.Close()
+	tokens := service.NewTokenServer(broker, log)
+	refreshCtx, stopRefresh := context.WithCancel(ctx)
+	refreshed := make(chan struct{})
+	go func() {
+		defer close(refreshed)
+		broker.RunRefresher(refreshCtx)
+	}()
+	defer func() {
+		stopRefresh()
+		<-refreshed
+	}()
+
 	lis, err := net.Listen("tcp", cfg.Listen)
 	if err != nil {
 		return fmt.Errorf("listen %s: %w", cfg.Listen, err)
 	}
 	gs := grpc.NewServer(interceptors(log)...)
 	lockdv1.RegisterLockServiceServer(gs, locks)
+	lockdv1.RegisterTokenServiceServer(gs, tokens)
 	hs := health.NewServer()
 	healthpb.RegisterHealthServer(gs, hs)
 	if cfg.Reflection {
@@ -129,7 +158,7 @@ func Run(ctx context.Context, cfg Config) error {
 
 	served := make(chan error, 1)
 	go func() { served <- gs.Serve(lis) }()
-	log.Info("lockd serving", "grpc", addrs.GRPC, "http", addrs.HTTP, "reflection", cfg.Reflection)
+	log.Info("lockd serving", "grpc", addrs.GRPC, "http", addrs.HTTP, "reflection", cfg.Reflection, "token_apps", broker.Apps())
 	if cfg.Started != nil {
 		cfg.Started(addrs)
 	}
@@ -162,6 +191,21 @@ func Run(ctx context.Context, cfg Config) error {
 	}
 	log.Info("stopped")
 	return nil
+}
+
+// newBroker builds the token broker for the apps of file (none when nil).
+func newBroker(rdb redis.UniversalClient, file *config.Config, log *slog.Logger) (*token.Broker, error) {
+	var apps []token.App
+	if file != nil {
+		for _, a := range file.Apps {
+			apps = append(apps, token.App{Name: a.Name, Upstream: a.WeChat()})
+		}
+	}
+	b, err := token.New(rdb, apps, token.Options{Logger: log})
+	if err != nil {
+		return nil, fmt.Errorf("--config: %w", err)
+	}
+	return b, nil
 }
 
 // connect opens the Redis deployment named by cfg, or the embedded store.

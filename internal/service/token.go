@@ -1,0 +1,164 @@
+package service
+
+import (
+	"context"
+	"errors"
+	"log/slog"
+	"maps"
+
+	"google.golang.org/genproto/googleapis/rpc/errdetails"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
+	"google.golang.org/protobuf/protoadapt"
+	"google.golang.org/protobuf/types/known/durationpb"
+	"google.golang.org/protobuf/types/known/timestamppb"
+
+	lockdv1 "github.com/lockd/lockd/gen/lockd/v1"
+	"github.com/lockd/lockd/internal/token"
+	"github.com/lockd/lockd/internal/wechat"
+)
+
+// TokenErrorDomain is the domain of the google.rpc.ErrorInfo details that
+// TokenService errors carry.
+const TokenErrorDomain = "lockd"
+
+// The reasons of TokenService's ErrorInfo details besides those of
+// (*wechat.Error).ErrorInfo (WECHAT_CREDENTIALS_REJECTED,
+// WECHAT_QUOTA_EXHAUSTED, WECHAT_UNAVAILABLE).
+const (
+	// ReasonUnknownApp is the reason of NOT_FOUND for an app that is not
+	// in lockd's configuration.
+	ReasonUnknownApp = "UNKNOWN_APP"
+	// ReasonForceRefreshLimited is the reason of RESOURCE_EXHAUSTED when
+	// the reported token could be replaced only by a stable force_refresh
+	// and WeChat's limits on those do not allow one now.
+	ReasonForceRefreshLimited = "FORCE_REFRESH_LIMITED"
+)
+
+const (
+	maxAppBytes   = 128
+	maxTokenBytes = 4096
+)
+
+// TokenServer serves lockd.v1.TokenService on a token broker.
+type TokenServer struct {
+	lockdv1.UnimplementedTokenServiceServer
+
+	broker *token.Broker
+	log    *slog.Logger
+}
+
+// NewTokenServer returns a TokenServer on broker; a nil broker serves no
+// apps, so every call is NOT_FOUND.
+func NewTokenServer(broker *token.Broker, log *slog.Logger) *TokenServer {
+	return &TokenServer{broker: broker, log: log}
+}
+
+// GetAccessToken returns the app's cached token, or one minted for it by
+// exactly one caller in the fleet.
+func (s *TokenServer) GetAccessToken(ctx context.Context, req *lockdv1.GetAccessTokenRequest) (*lockdv1.GetAccessTokenResponse, error) {
+	if err := validApp(req.GetApp()); err != nil {
+		return nil, err
+	}
+	if s.broker == nil {
+		return nil, s.status(ctx, req.GetApp(), token.ErrUnknownApp)
+	}
+	bctx, cancel := bounded(ctx)
+	defer cancel()
+	tok, err := s.broker.Get(bctx, req.GetApp())
+	if err != nil {
+		return nil, s.status(ctx, req.GetApp(), err)
+	}
+	return &lockdv1.GetAccessTokenResponse{AccessToken: tok.AccessToken, ExpireTime: timestamppb.New(tok.ExpireTime)}, nil
+}
+
+// RefreshAccessToken takes a token the upstream rejected and returns the one
+// to use: the cached token if it is another, else one minted once for every
+// concurrent reporter.
+func (s *TokenServer) RefreshAccessToken(ctx context.Context, req *lockdv1.RefreshAccessTokenRequest) (*lockdv1.RefreshAccessTokenResponse, error) {
+	if err := validApp(req.GetApp()); err != nil {
+		return nil, err
+	}
+	if req.GetInvalidToken() == "" {
+		return nil, invalid("invalid_token must not be empty: pass the token the upstream rejected")
+	}
+	if err := validText("invalid_token", req.GetInvalidToken(), maxTokenBytes); err != nil {
+		return nil, err
+	}
+	if s.broker == nil {
+		return nil, s.status(ctx, req.GetApp(), token.ErrUnknownApp)
+	}
+	bctx, cancel := bounded(ctx)
+	defer cancel()
+	tok, err := s.broker.Refresh(bctx, req.GetApp(), req.GetInvalidToken())
+	if err != nil {
+		return nil, s.status(ctx, req.GetApp(), err)
+	}
+	return &lockdv1.RefreshAccessTokenResponse{AccessToken: tok.AccessToken, ExpireTime: timestamppb.New(tok.ExpireTime)}, nil
+}
+
+func validApp(app string) error {
+	if app == "" {
+		return invalid("app must not be empty")
+	}
+	return validText("app", app, maxAppBytes)
+}
+
+// status maps the broker's errors to gRPC (SPEC §3): unknown app NOT_FOUND,
+// rejected credentials FAILED_PRECONDITION, quota RESOURCE_EXHAUSTED,
+// everything transient UNAVAILABLE, with a google.rpc.ErrorInfo detail
+// carrying the upstream's errcode and a google.rpc.RetryInfo detail when the
+// fleet's next attempt is known. The rest goes through toStatus. ctx is the
+// caller's: the broker runs on a bound a little shorter (see bounded), and
+// running out of it while the caller still waits is UNAVAILABLE.
+func (s *TokenServer) status(ctx context.Context, app string, err error) error {
+	if errors.Is(err, context.DeadlineExceeded) && ctx.Err() == nil {
+		return status.Errorf(codes.Unavailable, "token: app %q: the token was not ready in time: Redis or the upstream is slow", app)
+	}
+	if errors.Is(err, context.Canceled) || errors.Is(err, context.DeadlineExceeded) {
+		return toStatus(ctx, s.log, err)
+	}
+	var we *wechat.Error
+	upstream := errors.As(err, &we)
+	meta := map[string]string{"app": app}
+	var (
+		code   codes.Code
+		reason string
+	)
+	switch {
+	case errors.Is(err, token.ErrUnknownApp):
+		code, reason = codes.NotFound, ReasonUnknownApp
+	case errors.Is(err, token.ErrRefreshLimited):
+		code, reason = codes.ResourceExhausted, ReasonForceRefreshLimited
+		if upstream {
+			_, m := we.ErrorInfo()
+			maps.Copy(meta, m)
+		}
+	case upstream:
+		var m map[string]string
+		reason, m = we.ErrorInfo()
+		maps.Copy(meta, m)
+		switch we.Class {
+		case wechat.ClassCredentials:
+			code = codes.FailedPrecondition
+		case wechat.ClassQuota:
+			code = codes.ResourceExhausted
+		default:
+			code = codes.Unavailable
+		}
+	case errors.Is(err, token.ErrTimeout), errors.Is(err, token.ErrClosed):
+		return status.Error(codes.Unavailable, err.Error())
+	default:
+		return toStatus(ctx, s.log, err)
+	}
+	details := []protoadapt.MessageV1{&errdetails.ErrorInfo{Reason: reason, Domain: TokenErrorDomain, Metadata: meta}}
+	var te *token.Error
+	if errors.As(err, &te) && te.RetryAfter > 0 {
+		details = append(details, &errdetails.RetryInfo{RetryDelay: durationpb.New(te.RetryAfter)})
+	}
+	st := status.New(code, err.Error())
+	if withDetails, derr := st.WithDetails(details...); derr == nil {
+		st = withDetails
+	}
+	return st.Err()
+}

@@ -1,0 +1,410 @@
+package token_test
+
+import (
+	"errors"
+	"fmt"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+
+	"github.com/lockd/lockd/internal/embedded"
+	"github.com/lockd/lockd/internal/redistest"
+	"github.com/lockd/lockd/internal/token"
+	"github.com/lockd/lockd/internal/wechat"
+	"github.com/lockd/lockd/internal/wechat/wechatfake"
+)
+
+func TestStampedeMintsOnce(t *testing.T) {
+	t.Parallel()
+	for _, p := range providers {
+		t.Run(fmt.Sprintf("callers of three replicas share one %s mint per refresh", p.name), func(t *testing.T) {
+			t.Parallel()
+			srv := redistest.Start(t)
+			fake := newFake(t, wechatfake.Options{})
+			fake.SetLatency(50 * time.Millisecond) // callers pile up while the mint is under way
+			f := newFleet(t, srv, 3, apps(fake), token.Options{})
+			ctx := timeout(t, 30*time.Second)
+
+			first := oneToken(t, "cold Get", f.concurrently(200, func(b *token.Broker) (token.Token, error) { return b.Get(ctx, p.name) }))
+			if n := fake.Mints(p.id); n != 1 {
+				t.Fatalf("cold Get: %d mints, want 1", n)
+			}
+			if !fake.Valid(first.AccessToken) {
+				t.Fatal("cold Get returned a token the upstream does not accept")
+			}
+			if left := time.Until(first.ExpireTime); left < 7100*time.Second || left > 7200*time.Second {
+				t.Fatalf("expire_time %v from now, want about 2h", left)
+			}
+
+			second := oneToken(t, "Refresh of the current token", f.concurrently(100, func(b *token.Broker) (token.Token, error) {
+				return b.Refresh(ctx, p.name, first.AccessToken)
+			}))
+			if n := fake.Mints(p.id); n != 2 {
+				t.Fatalf("Refresh of the current token: %d mints in all, want 2", n)
+			}
+			switch p.name {
+			case "wecom":
+				// WeCom hands out the same token while it is valid.
+				if second.AccessToken != first.AccessToken {
+					t.Fatal("WeCom returned a new token while the old one was valid")
+				}
+			default:
+				if second.AccessToken == first.AccessToken || !fake.Valid(second.AccessToken) {
+					t.Fatal("Refresh did not replace the reported token with a valid one")
+				}
+			}
+			if p.name == "stable" && fake.Valid(first.AccessToken) {
+				t.Fatal("the stable API was not asked to force_refresh the reported token")
+			}
+
+			stale := first.AccessToken
+			if p.name == "wecom" {
+				stale = "a-token-lockd-never-handed-out"
+			}
+			third := oneToken(t, "Refresh of a stale token", f.concurrently(100, func(b *token.Broker) (token.Token, error) {
+				return b.Refresh(ctx, p.name, stale)
+			}))
+			if third != second {
+				t.Fatalf("Refresh of a stale token returned %v, want the cached %v", third, second)
+			}
+			again := oneToken(t, "Get after the refresh", f.concurrently(50, func(b *token.Broker) (token.Token, error) { return b.Get(ctx, p.name) }))
+			if again != second {
+				t.Fatalf("Get returned %v, want the cached %v", again, second)
+			}
+			if n := fake.Mints(p.id); n != 2 {
+				t.Fatalf("%d mints in all, want 2", n)
+			}
+			if n, err := f.brokers[1].MintsOn(ctx, p.name, time.Now()); err != nil || n != 2 {
+				t.Fatalf("MintsOn = %d, %v; want 2", n, err)
+			}
+			if n := f.obs.minted(p.name, token.CauseDemand) + f.obs.minted(p.name, token.CauseInvalid); n != 2 {
+				t.Fatalf("observer saw %d mints, want 2", n)
+			}
+			assertRedisClean(t, ctx, f.rdb)
+			assertNoSecret(t, "logs", f.logs.String())
+		})
+	}
+}
+
+func TestRefreshOfATokenJustRefreshedReturnsIt(t *testing.T) {
+	t.Parallel()
+	srv := redistest.Start(t)
+	fake := newFake(t, wechatfake.Options{})
+	f := newFleet(t, srv, 2, apps(fake), token.Options{})
+	ctx := timeout(t, 30*time.Second)
+	b := f.brokers[0]
+
+	t1, err := b.Get(ctx, "classic")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t2, err := b.Refresh(ctx, "classic", t1.AccessToken)
+	if err != nil || t2.AccessToken == t1.AccessToken {
+		t.Fatalf("Refresh = %v, %v", t2, err)
+	}
+	// A late reporter of the replacement, within the cooldown, gets it
+	// back: the upstream vouched for it a moment ago.
+	t3, err := f.brokers[1].Refresh(ctx, "classic", t2.AccessToken)
+	if err != nil || t3 != t2 {
+		t.Fatalf("Refresh within the cooldown = %v, %v; want %v", t3, err, t2)
+	}
+	if n := fake.Mints("wx-classic"); n != 2 {
+		t.Fatalf("%d mints, want 2", n)
+	}
+}
+
+func TestProactiveRefreshRenewsBeforeExpiryOnOneReplica(t *testing.T) {
+	t.Parallel()
+	srv := redistest.Start(t)
+	fake := newFake(t, wechatfake.Options{ExpiresIn: 10 * time.Second})
+	f := newFleet(t, srv, 3, apps(fake)[:1], token.Options{RefreshAhead: 5 * time.Second, Margin: 500 * time.Millisecond})
+	f.refresh(t)
+	ctx := timeout(t, time.Minute)
+
+	t1, err := f.brokers[0].Get(ctx, "classic")
+	if err != nil {
+		t.Fatal(err)
+	}
+	// Callers keep asking on every replica until each serves the renewed
+	// token; none of them may have to mint.
+	renewed := map[int]token.Token{}
+	for len(renewed) < len(f.brokers) {
+		for i, b := range f.brokers {
+			tok, err := b.Get(ctx, "classic")
+			if err != nil {
+				t.Fatal(err)
+			}
+			if tok != t1 {
+				renewed[i] = tok
+			}
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	t2 := renewed[0]
+	for i, tok := range renewed {
+		if tok != t2 {
+			t.Fatalf("replica %d serves %v, replica 0 %v", i, tok, t2)
+		}
+	}
+	if !t2.ExpireTime.After(t1.ExpireTime) {
+		t.Fatalf("renewed token expires %v, not after %v", t2.ExpireTime, t1.ExpireTime)
+	}
+	if ahead, demand := f.obs.minted("classic", token.CauseAhead), f.obs.minted("classic", token.CauseDemand); ahead != 1 || demand != 1 {
+		t.Fatalf("%d mints ahead of expiry and %d on demand, want 1 and 1 (callers never waited on the upstream)", ahead, demand)
+	}
+	if n := fake.Mints("wx-classic"); n != 2 {
+		t.Fatalf("%d mints, want 2", n)
+	}
+}
+
+func TestFailedRefreshKeepsServingTheLastGoodToken(t *testing.T) {
+	t.Parallel()
+	srv := redistest.Start(t)
+	fake := newFake(t, wechatfake.Options{ExpiresIn: 12 * time.Second})
+	f := newFleet(t, srv, 2, apps(fake)[:1], token.Options{
+		RefreshAhead: 8 * time.Second, Margin: 500 * time.Millisecond, UnavailableHold: 500 * time.Millisecond,
+	})
+	f.refresh(t)
+	ctx := timeout(t, time.Minute)
+
+	t1, err := f.brokers[0].Get(ctx, "classic")
+	if err != nil {
+		t.Fatal(err)
+	}
+	fake.FailNext(2, -1) // the first two renewals meet "system busy"
+	for {
+		tok, err := f.brokers[1].Get(ctx, "classic")
+		if err != nil {
+			t.Fatalf("Get while renewals fail: %v", err)
+		}
+		if tok != t1 {
+			break
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	if n := f.obs.failed("classic"); n != 2 {
+		t.Fatalf("%d failed renewals, want 2", n)
+	}
+	if ahead, demand := f.obs.minted("classic", token.CauseAhead), f.obs.minted("classic", token.CauseDemand); ahead != 1 || demand != 1 {
+		t.Fatalf("%d mints ahead and %d on demand, want 1 and 1", ahead, demand)
+	}
+}
+
+func TestCredentialsErrorIsNotHammered(t *testing.T) {
+	t.Parallel()
+	srv := redistest.Start(t)
+	fake := newFake(t, wechatfake.Options{})
+	fake.AddApp("wx-classic", "the-secret-an-operator-rotated") // lockd's secret is now wrong
+	f := newFleet(t, srv, 3, apps(fake), token.Options{})
+	ctx := timeout(t, 30*time.Second)
+
+	var texts []string
+	check := func(what string, err error, recorded bool) {
+		t.Helper()
+		var te *token.Error
+		var we *wechat.Error
+		switch {
+		case !errors.Is(err, wechat.ErrCredentials) || !errors.As(err, &te) || !errors.As(err, &we):
+			t.Fatalf("%s: %v, want a *token.Error matching wechat.ErrCredentials", what, err)
+		case we.Errcode != 40125:
+			t.Fatalf("%s: errcode %d, want 40125", what, we.Errcode)
+		case te.RetryAfter <= 0 || te.RetryAfter > time.Minute:
+			t.Fatalf("%s: RetryAfter %v, want up to a minute", what, te.RetryAfter)
+		case recorded && !te.Recorded:
+			t.Fatalf("%s: not answered from the recorded failure", what)
+		}
+		texts = append(texts, err.Error())
+	}
+	for _, r := range f.concurrently(100, func(b *token.Broker) (token.Token, error) { return b.Get(ctx, "classic") }) {
+		check("stampede", r.err, false)
+	}
+	for i := range 20 {
+		_, err := f.brokers[i%3].Get(ctx, "classic")
+		check("later Get", err, true)
+	}
+	_, err := f.brokers[0].Refresh(ctx, "classic", "some-token")
+	check("Refresh", err, true)
+	if n := fake.Mints("wx-classic"); n != 1 {
+		t.Fatalf("%d upstream calls, want 1 a minute", n)
+	}
+	if n := f.obs.failed("classic"); n != 1 {
+		t.Fatalf("observer saw %d failures, want 1", n)
+	}
+
+	// The operator fixes the secret; once the recorded failure expires (a
+	// minute, cut short here), the next call mints.
+	fake.AddApp("wx-classic", classicSecret)
+	if err := f.rdb.Del(ctx, "lockd:token:{classic}:failure").Err(); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := f.brokers[2].Get(ctx, "classic"); err != nil {
+		t.Fatal(err)
+	}
+	if n := fake.Mints("wx-classic"); n != 2 {
+		t.Fatalf("%d upstream calls, want 2", n)
+	}
+	assertNoSecret(t, "errors", texts...)
+	assertNoSecret(t, "logs", f.logs.String())
+	assertRedisClean(t, ctx, f.rdb)
+}
+
+func TestForceRefreshStaysWithinWeChatsLimits(t *testing.T) {
+	t.Parallel()
+	tests := []struct {
+		name     string
+		opts     token.Options
+		fake     wechatfake.Options
+		forces   int           // successful force_refresh calls before the refused one
+		errcode  int           // the upstream's errcode on the refusal, 0 when lockd refused
+		maxRetry time.Duration // bound on RetryAfter
+	}{
+		{
+			"a second force_refresh within 30 s is not sent",
+			token.Options{RefreshCooldown: -1},
+			wechatfake.Options{ForceRefreshInterval: -1},
+			1, 0, 30 * time.Second,
+		},
+		{
+			"no more force_refresh calls than the daily budget are sent",
+			token.Options{RefreshCooldown: -1, ForceRefreshInterval: -1, ForceRefreshPerDay: 2},
+			wechatfake.Options{ForceRefreshInterval: -1},
+			2, 0, 24 * time.Hour,
+		},
+		{
+			"a force_refresh WeChat refuses is reported with its errcode",
+			token.Options{RefreshCooldown: -1, ForceRefreshInterval: -1},
+			wechatfake.Options{},
+			1, 45011, 0,
+		},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			t.Parallel()
+			srv := redistest.Start(t)
+			fake := newFake(t, tt.fake)
+			f := newFleet(t, srv, 2, apps(fake), tt.opts)
+			ctx := timeout(t, 30*time.Second)
+
+			cur, err := f.brokers[0].Get(ctx, "stable")
+			if err != nil {
+				t.Fatal(err)
+			}
+			for i := range tt.forces {
+				next, err := f.brokers[i%2].Refresh(ctx, "stable", cur.AccessToken)
+				if err != nil || next.AccessToken == cur.AccessToken || fake.Valid(cur.AccessToken) {
+					t.Fatalf("force_refresh %d: %v, %v", i+1, next, err)
+				}
+				cur = next
+			}
+			_, err = f.brokers[1].Refresh(ctx, "stable", cur.AccessToken)
+			var te *token.Error
+			if !errors.Is(err, token.ErrRefreshLimited) || !errors.As(err, &te) {
+				t.Fatalf("refused Refresh = %v, want ErrRefreshLimited", err)
+			}
+			var we *wechat.Error
+			if tt.errcode != 0 {
+				if !errors.As(err, &we) || we.Errcode != tt.errcode {
+					t.Fatalf("refused Refresh = %v, want errcode %d", err, tt.errcode)
+				}
+			} else if te.RetryAfter <= 0 || te.RetryAfter > tt.maxRetry {
+				t.Fatalf("RetryAfter = %v, want in (0, %v]", te.RetryAfter, tt.maxRetry)
+			}
+			if !fake.Valid(cur.AccessToken) {
+				t.Fatal("the current token was revoked by a refused refresh")
+			}
+			if got, err := f.brokers[0].Get(ctx, "stable"); err != nil || got.AccessToken != cur.AccessToken {
+				t.Fatalf("Get after the refusal = %v, %v; want the current token", got, err)
+			}
+			forces, err := f.rdb.Get(ctx, "lockd:token:{stable}:forces:"+token.Day(time.Now())).Int()
+			if want := tt.forces; tt.errcode != 0 {
+				want++ // counted: it was sent
+				if err != nil || forces != want {
+					t.Fatalf("force_refresh counter %d (%v), want %d", forces, err, want)
+				}
+			} else if err != nil || forces != want {
+				t.Fatalf("force_refresh counter %d (%v), want %d", forces, err, want)
+			}
+		})
+	}
+}
+
+func TestEmbeddedStoreServesTheSameContract(t *testing.T) {
+	t.Parallel()
+	st, err := embedded.Start()
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = st.Close() })
+	fake := newFake(t, wechatfake.Options{})
+	fake.SetLatency(20 * time.Millisecond)
+	f := &fleet{obs: newObserver()}
+	for range 3 {
+		rdb := redis.NewClient(&redis.Options{Addr: st.Addr()})
+		t.Cleanup(func() { _ = rdb.Close() })
+		b, err := token.New(rdb, apps(fake), token.Options{Observer: f.obs})
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { _ = b.Close() })
+		f.brokers = append(f.brokers, b)
+	}
+	ctx := timeout(t, 30*time.Second)
+	first := oneToken(t, "cold Get", f.concurrently(100, func(b *token.Broker) (token.Token, error) { return b.Get(ctx, "stable") }))
+	second := oneToken(t, "Refresh", f.concurrently(50, func(b *token.Broker) (token.Token, error) {
+		return b.Refresh(ctx, "stable", first.AccessToken)
+	}))
+	if second == first || fake.Mints("wx-stable") != 2 {
+		t.Fatalf("%d mints, tokens %v then %v", fake.Mints("wx-stable"), first, second)
+	}
+}
+
+func TestUnknownAppAndClosedBroker(t *testing.T) {
+	t.Parallel()
+	srv := redistest.Start(t)
+	fake := newFake(t, wechatfake.Options{})
+	b := newFleet(t, srv, 1, apps(fake), token.Options{}).brokers[0]
+	ctx := timeout(t, 10*time.Second)
+	if _, err := b.Get(ctx, "nope"); !errors.Is(err, token.ErrUnknownApp) {
+		t.Fatalf("Get of an unknown app = %v", err)
+	}
+	if _, err := b.Refresh(ctx, "nope", "x"); !errors.Is(err, token.ErrUnknownApp) {
+		t.Fatalf("Refresh of an unknown app = %v", err)
+	}
+	if got := strings.Join(b.Apps(), ","); got != "classic,stable,wecom" {
+		t.Fatalf("Apps = %s", got)
+	}
+	_ = b.Close()
+	if _, err := b.Get(ctx, "classic"); !errors.Is(err, token.ErrClosed) {
+		t.Fatalf("Get on a closed broker = %v", err)
+	}
+}
+
+func TestNewRefusesBadApps(t *testing.T) {
+	t.Parallel()
+	good := wechat.Config{Provider: wechat.ProviderWeChat, AppID: "wx1", Secret: classicSecret}
+	tests := []struct {
+		name string
+		apps []token.App
+	}{
+		{"an empty name is refused", []token.App{{Name: "", Upstream: good}}},
+		{"a name with braces is refused", []token.App{{Name: "a{b}", Upstream: good}}},
+		{"a name with a control character is refused", []token.App{{Name: "a\nb", Upstream: good}}},
+		{"a name given twice is refused", []token.App{{Name: "a", Upstream: good}, {Name: "a", Upstream: good}}},
+		{"an invalid upstream is refused", []token.App{{Name: "a", Upstream: wechat.Config{Provider: "x", AppID: "wx1", Secret: classicSecret}}}},
+	}
+	rdb := redis.NewClient(&redis.Options{Addr: "127.0.0.1:1"}) // never dialled
+	t.Cleanup(func() { _ = rdb.Close() })
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			t.Parallel()
+			b, err := token.New(rdb, tt.apps, token.Options{})
+			if err == nil {
+				_ = b.Close()
+				t.Fatal("New accepted it")
+			}
+			assertNoSecret(t, "error", err.Error())
+		})
+	}
+}

@@ -1,0 +1,277 @@
+package token_test
+
+import (
+	"bytes"
+	"context"
+	"fmt"
+	"io"
+	"log/slog"
+	"net/url"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+
+	"github.com/lockd/lockd/internal/redistest"
+	"github.com/lockd/lockd/internal/token"
+	"github.com/lockd/lockd/internal/wechat"
+	"github.com/lockd/lockd/internal/wechat/wechatfake"
+)
+
+// The secrets of the test apps: characters that URL and JSON encoding
+// change, so that every spelling of them can be looked for.
+const (
+	classicSecret = "classic-S3cr3t/+&=%"
+	stableSecret  = "stable-S3cr3t/+&=%"
+	wecomSecret   = "wecom-S3cr3t/+&=%"
+)
+
+// secretForms returns every spelling of the test secrets that could leak.
+func secretForms() []string {
+	var out []string
+	for _, s := range []string{classicSecret, stableSecret, wecomSecret} {
+		out = append(out, s, url.QueryEscape(s), url.PathEscape(s))
+	}
+	return out
+}
+
+// provider is one of the upstream APIs the tests run against.
+type provider struct {
+	name   string // the app's name in the broker
+	id     string // appid or corpid
+	secret string
+	config func(apiBase string) wechat.Config
+}
+
+var providers = []provider{
+	{"classic", "wx-classic", classicSecret, func(base string) wechat.Config {
+		return wechat.Config{Provider: wechat.ProviderWeChat, TokenAPI: wechat.TokenAPIClassic, APIBase: base, AppID: "wx-classic", Secret: classicSecret}
+	}},
+	{"stable", "wx-stable", stableSecret, func(base string) wechat.Config {
+		return wechat.Config{Provider: wechat.ProviderWeChat, TokenAPI: wechat.TokenAPIStable, APIBase: base, AppID: "wx-stable", Secret: stableSecret}
+	}},
+	{"wecom", "ww-corp", wecomSecret, func(base string) wechat.Config {
+		return wechat.Config{Provider: wechat.ProviderWeCom, APIBase: base, AppID: "ww-corp", Secret: wecomSecret}
+	}},
+}
+
+// newFake starts a fake upstream knowing every provider's app.
+func newFake(t *testing.T, opts wechatfake.Options) *wechatfake.Server {
+	t.Helper()
+	opts.Apps = map[string]string{"wx-classic": classicSecret, "wx-stable": stableSecret}
+	opts.Corps = map[string]string{"ww-corp": wecomSecret}
+	fake := wechatfake.New(opts)
+	t.Cleanup(fake.Close)
+	return fake
+}
+
+func apps(fake *wechatfake.Server) []token.App {
+	out := make([]token.App, len(providers))
+	for i, p := range providers {
+		out[i] = token.App{Name: p.name, Upstream: p.config(fake.URL())}
+	}
+	return out
+}
+
+// fleet is several brokers (replicas) on one Redis, each with its own
+// connection, sharing one observer and one log.
+type fleet struct {
+	brokers []*token.Broker
+	obs     *observer
+	logs    *syncBuffer
+	rdb     *redis.Client
+}
+
+func newFleet(t *testing.T, srv *redistest.Server, n int, apps []token.App, opts token.Options) *fleet {
+	t.Helper()
+	f := &fleet{obs: newObserver(), logs: &syncBuffer{}, rdb: srv.Client(t)}
+	opts.Observer = f.obs
+	opts.Logger = slog.New(slog.NewJSONHandler(f.logs, &slog.HandlerOptions{Level: slog.LevelDebug}))
+	for range n {
+		b, err := token.New(srv.Client(t), apps, opts)
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { _ = b.Close() })
+		f.brokers = append(f.brokers, b)
+	}
+	return f
+}
+
+// refresh runs every broker's refresher until the test ends.
+func (f *fleet) refresh(t *testing.T) {
+	ctx, cancel := context.WithCancel(context.Background())
+	var wg sync.WaitGroup
+	for _, b := range f.brokers {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			b.RunRefresher(ctx)
+		}()
+	}
+	t.Cleanup(func() {
+		cancel()
+		wg.Wait()
+	})
+}
+
+// result is one call's outcome.
+type result struct {
+	tok token.Token
+	err error
+}
+
+// concurrently makes n calls at once, spread over the fleet's brokers.
+func (f *fleet) concurrently(n int, call func(b *token.Broker) (token.Token, error)) []result {
+	out := make([]result, n)
+	var wg sync.WaitGroup
+	start := make(chan struct{})
+	for i := range n {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			<-start
+			tok, err := call(f.brokers[i%len(f.brokers)])
+			out[i] = result{tok, err}
+		}()
+	}
+	close(start)
+	wg.Wait()
+	return out
+}
+
+// oneToken checks that every call succeeded with the same token and returns it.
+func oneToken(t *testing.T, what string, rs []result) token.Token {
+	t.Helper()
+	distinct := map[string]bool{}
+	for _, r := range rs {
+		if r.err != nil {
+			t.Fatalf("%s: %v", what, r.err)
+		}
+		distinct[r.tok.AccessToken] = true
+	}
+	if len(distinct) != 1 {
+		t.Fatalf("%s: %d distinct tokens, want 1", what, len(distinct))
+	}
+	return rs[0].tok
+}
+
+// assertNoSecret fails when any text holds a secret.
+func assertNoSecret(t *testing.T, what string, texts ...string) {
+	t.Helper()
+	for _, text := range texts {
+		for _, s := range secretForms() {
+			if strings.Contains(text, s) {
+				t.Fatalf("%s holds a secret (%q):\n%s", what, s, text)
+			}
+		}
+	}
+}
+
+// assertRedisClean checks that every key expires and no key or value holds
+// a secret.
+func assertRedisClean(t *testing.T, ctx context.Context, rdb *redis.Client) {
+	t.Helper()
+	keys, err := rdb.Keys(ctx, "*").Result()
+	if err != nil {
+		t.Fatal(err)
+	}
+	var dump bytes.Buffer
+	for _, k := range keys {
+		ttl, err := rdb.PTTL(ctx, k).Result()
+		if err != nil {
+			t.Fatal(err)
+		}
+		if ttl == -1 { // go-redis passes PTTL's -1 (no expiry) through as is
+			t.Errorf("key %q has no expiry (%v)", k, ttl)
+		}
+		typ, _ := rdb.Type(ctx, k).Result()
+		var v any
+		switch typ {
+		case "string":
+			v, _ = rdb.Get(ctx, k).Result()
+		case "hash":
+			v, _ = rdb.HGetAll(ctx, k).Result()
+		case "zset":
+			v, _ = rdb.ZRangeWithScores(ctx, k, 0, -1).Result()
+		}
+		fmt.Fprintf(&dump, "%s = %v\n", k, v)
+	}
+	assertNoSecret(t, "redis", dump.String())
+}
+
+// observer counts the broker's events.
+type observer struct {
+	mu     sync.Mutex
+	mints  map[string]int                 // by app
+	causes map[string]map[token.Cause]int // by app
+	errors map[string]int                 // by app
+	codes  map[int]int                    // by errcode, 0 = transport
+}
+
+func newObserver() *observer {
+	return &observer{mints: map[string]int{}, causes: map[string]map[token.Cause]int{}, errors: map[string]int{}, codes: map[int]int{}}
+}
+
+func (o *observer) TokenMinted(app string) {
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	o.mints[app]++
+}
+
+func (o *observer) TokenMintedBecause(app string, c token.Cause) {
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	if o.causes[app] == nil {
+		o.causes[app] = map[token.Cause]int{}
+	}
+	o.causes[app][c]++
+}
+
+func (o *observer) TokenUpstreamError(app string, errcode int) {
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	o.errors[app]++
+	o.codes[errcode]++
+}
+
+func (o *observer) TokenTransportError(app string) { o.TokenUpstreamError(app, 0) }
+
+func (o *observer) minted(app string, c token.Cause) int {
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	return o.causes[app][c]
+}
+
+func (o *observer) failed(app string) int {
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	return o.errors[app]
+}
+
+func timeout(t *testing.T, d time.Duration) context.Context {
+	ctx, cancel := context.WithTimeout(context.Background(), d)
+	t.Cleanup(cancel)
+	return ctx
+}
+
+type syncBuffer struct {
+	mu sync.Mutex
+	b  bytes.Buffer
+}
+
+func (s *syncBuffer) Write(p []byte) (int, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.Write(p)
+}
+
+func (s *syncBuffer) String() string {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.String()
+}
+
+var _ io.Writer = (*syncBuffer)(nil)
