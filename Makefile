@@ -58,5 +58,6 @@ bench: deps ## Run the benchmarks and write BENCHMARKS.md.
 	./scripts/bench.sh
 
 .PHONY: fuzz
-fuzz: ## Fuzz key validation for a minute.
+fuzz: ## Fuzz key validation and config parsing, a minute each.
 	$(GO) test -run '^$$' -fuzz FuzzValidateKey -fuzztime 60s ./internal/redislock/
+	$(GO) test -run '^$$' -fuzz FuzzParse -fuzztime 60s ./internal/config/

@@ -19,6 +19,9 @@ import (
 	"github.com/lockd/lockd/internal/service"
 )
 
+// version is set at build time with -ldflags "-X main.version=...".
+var version = "dev"
+
 func main() {
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
@@ -42,7 +45,7 @@ func run(ctx context.Context, args []string, getenv func(string) string, stderr 
 }
 
 func parseFlags(args []string, getenv func(string) string, stderr io.Writer) (server.Config, slog.Level, error) {
-	cfg := server.Config{Limits: service.DefaultLimits()}
+	cfg := server.Config{Limits: service.DefaultLimits(), Version: version}
 	var level slog.Level
 	fs := flag.NewFlagSet("lockd", flag.ContinueOnError)
 	fs.SetOutput(stderr)
@@ -54,6 +57,9 @@ func parseFlags(args []string, getenv func(string) string, stderr io.Writer) (se
 	fs.BoolVar(&cfg.Reflection, "reflection", true, "serve gRPC server reflection")
 	var configPath string
 	fs.StringVar(&configPath, "config", "", "YAML file: apps and auth (see the README)")
+	fs.StringVar(&cfg.TLS.Cert, "tls-cert", "", "PEM certificate chain for the gRPC listener (TLS)")
+	fs.StringVar(&cfg.TLS.Key, "tls-key", "", "PEM private key for --tls-cert")
+	fs.StringVar(&cfg.TLS.ClientCA, "tls-client-ca", "", "PEM CA bundle: require client certificates signed by it (mTLS)")
 	fs.DurationVar(&cfg.Limits.DefaultTTL, "default-ttl", cfg.Limits.DefaultTTL, "lease ttl when a request leaves it unset")
 	fs.DurationVar(&cfg.Limits.MinTTL, "min-ttl", cfg.Limits.MinTTL, "shortest ttl a request may ask for")
 	fs.DurationVar(&cfg.Limits.MaxTTL, "max-ttl", cfg.Limits.MaxTTL, "longest ttl a request may ask for")

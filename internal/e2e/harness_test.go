@@ -3,9 +3,9 @@ package e2e
 import (
 	"bufio"
 	"bytes"
-	"context"
 	"fmt"
 	"net"
+	"net/http"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -16,7 +16,6 @@ import (
 
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/credentials/insecure"
-	healthpb "google.golang.org/grpc/health/grpc_health_v1"
 )
 
 var (
@@ -103,16 +102,15 @@ func startLockd(t testing.TB, env []string, args ...string) *process {
 	}
 }
 
+// serving asks /readyz, which answers 200 once Redis answers and the
+// server serves (whatever the gRPC listener's TLS).
 func (p *process) serving() bool {
-	conn, err := grpc.NewClient(p.addr, grpc.WithTransportCredentials(insecure.NewCredentials()))
+	res, err := http.Get("http://" + p.http + "/readyz")
 	if err != nil {
 		return false
 	}
-	defer conn.Close()
-	ctx, cancel := context.WithTimeout(context.Background(), time.Second)
-	defer cancel()
-	res, err := healthpb.NewHealthClient(conn).Check(ctx, &healthpb.HealthCheckRequest{})
-	return err == nil && res.GetStatus() == healthpb.HealthCheckResponse_SERVING
+	defer res.Body.Close()
+	return res.StatusCode == http.StatusOK
 }
 
 // dial returns a client connection to the process, closed at cleanup.

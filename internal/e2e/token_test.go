@@ -250,9 +250,9 @@ func TestProcessesRenewTokensOnTheirOwn(t *testing.T) {
 	}
 }
 
-// TestBadConfigStopsLockdNamingTheAppAndField runs lockd with a config
-// whose secret variable is unset and one with an auth section: it must
-// exit at once, saying what is wrong, never printing a secret.
+// TestBadConfigStopsLockdNamingTheAppAndField runs lockd with configs whose
+// secret or client token variable is unset, or whose file is missing: it
+// must exit at once, saying what is wrong, never printing a secret.
 func TestBadConfigStopsLockdNamingTheAppAndField(t *testing.T) {
 	t.Parallel()
 	fake := newFake(t, wechatfake.Options{})
@@ -271,8 +271,8 @@ func TestBadConfigStopsLockdNamingTheAppAndField(t *testing.T) {
 		{"an unset secret_env is named with its app", []string{"--config=" + configPath}, []string{"WECOM_SECRET=" + wecomSecret},
 			`apps[0] "classic": secret_env: environment variable CLASSIC_SECRET is not set`},
 		{"a missing config file is named", []string{"--config=" + configPath + ".missing"}, nil, "lockd.yaml.missing"},
-		{"an auth section is refused until it is enforced", []string{"--config=" + authPath}, []string{"ORDERS_TOKEN=orders-token-0123456789"},
-			"auth section is not enforced"},
+		{"an unset client token variable is named", []string{"--config=" + authPath}, nil,
+			`auth.clients[0] "orders": token_env: environment variable ORDERS_TOKEN is not set`},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {

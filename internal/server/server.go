@@ -19,16 +19,19 @@ import (
 	"github.com/redis/go-redis/v9"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/credentials"
 	"google.golang.org/grpc/health"
 	healthpb "google.golang.org/grpc/health/grpc_health_v1"
 	"google.golang.org/grpc/reflection"
 	"google.golang.org/grpc/status"
 
 	lockdv1 "github.com/lockd/lockd/gen/lockd/v1"
+	"github.com/lockd/lockd/internal/auth"
 	"github.com/lockd/lockd/internal/config"
 	"github.com/lockd/lockd/internal/embedded"
 	"github.com/lockd/lockd/internal/redislock"
 	"github.com/lockd/lockd/internal/service"
+	"github.com/lockd/lockd/internal/telemetry"
 	"github.com/lockd/lockd/internal/token"
 )
 
@@ -47,6 +50,11 @@ type Config struct {
 	RedisMaster string
 	// Reflection serves gRPC server reflection.
 	Reflection bool
+	// TLS names the gRPC listener's certificate files; zero serves
+	// plaintext.
+	TLS TLSFiles
+	// Version is reported in telemetry.
+	Version string
 	// File is the parsed --config file: the apps whose access_tokens
 	// TokenService serves, and auth. Nil means no apps (every
 	// GetAccessToken is NOT_FOUND) and no auth.
@@ -88,11 +96,31 @@ func Run(ctx context.Context, cfg Config) error {
 	if cfg.ShutdownTimeout <= 0 {
 		cfg.ShutdownTimeout = 10 * time.Second
 	}
-	if cfg.File != nil && cfg.File.Auth != nil {
-		// Serving without the authentication the file asks for would
-		// expose every lock and token; refuse until auth is enforced.
-		return errors.New("--config: the auth section is not enforced by this build of lockd; remove it to run without authentication")
+	authn, err := newAuthenticator(cfg.File)
+	if err != nil {
+		return err
 	}
+	var creds []grpc.ServerOption
+	if cfg.TLS.Enabled() {
+		tc, err := tlsConfig(cfg.TLS)
+		if err != nil {
+			return err
+		}
+		creds = append(creds, grpc.Creds(credentials.NewTLS(tc)))
+	}
+	warnIfExposed(log, cfg.Listen, authn != nil, cfg.TLS)
+
+	tel, err := telemetry.Setup(ctx, telemetry.Options{ServiceName: "lockd", ServiceVersion: cfg.Version, Logger: log, Global: true})
+	if err != nil {
+		return fmt.Errorf("telemetry: %w", err)
+	}
+	defer func() { // runs last, once the server has stopped
+		sctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+		defer cancel()
+		if err := tel.Shutdown(sctx); err != nil {
+			log.Warn("telemetry shutdown", "err", err)
+		}
+	}()
 
 	redis.SetLogger(redisLogger{log})
 	rdb, closeStore, err := connect(cfg, log)
@@ -100,12 +128,16 @@ func Run(ctx context.Context, cfg Config) error {
 		return err
 	}
 	defer closeStore()
+	if err := tel.InstrumentRedis(rdb); err != nil {
+		return fmt.Errorf("telemetry: %w", err)
+	}
 
-	engine := redislock.New(rdb, redislock.Options{})
+	engine := redislock.New(rdb, redislock.Options{Observer: tel.Locks()})
 	defer engine.Close()
 	locks := service.NewLockServer(engine, cfg.Limits, log)
+	tel.RegisterKeepAliveStreams(locks.KeepAliveStreams)
 
-	broker, err := newBroker(rdb, cfg.File, log)
+	broker, err := newBroker(rdb, cfg.File, token.Options{Logger: log, Observer: tel.Tokens()})
 	if err != nil {
 		return err
 	}
@@ -126,7 +158,8 @@ func Run(ctx context.Context, cfg Config) error {
 	if err != nil {
 		return fmt.Errorf("listen %s: %w", cfg.Listen, err)
 	}
-	gs := grpc.NewServer(interceptors(log)...)
+	opts := append(creds, tel.GRPCServerOptions()...)
+	gs := grpc.NewServer(append(opts, interceptors(log, authn)...)...)
 	lockdv1.RegisterLockServiceServer(gs, locks)
 	lockdv1.RegisterTokenServiceServer(gs, tokens)
 	hs := health.NewServer()
@@ -148,7 +181,7 @@ func Run(ctx context.Context, cfg Config) error {
 			return fmt.Errorf("listen %s: %w", cfg.HTTPListen, err)
 		}
 		addrs.HTTP = hl.Addr().String()
-		httpSrv = &http.Server{Handler: httpHandler(hs), ReadHeaderTimeout: 5 * time.Second}
+		httpSrv = &http.Server{Handler: httpHandler(hs, tel.MetricsHandler()), ReadHeaderTimeout: 5 * time.Second}
 		go func() {
 			if err := httpSrv.Serve(hl); err != nil && !errors.Is(err, http.ErrServerClosed) {
 				log.Error("http server", "err", err)
@@ -158,7 +191,8 @@ func Run(ctx context.Context, cfg Config) error {
 
 	served := make(chan error, 1)
 	go func() { served <- gs.Serve(lis) }()
-	log.Info("lockd serving", "grpc", addrs.GRPC, "http", addrs.HTTP, "reflection", cfg.Reflection, "token_apps", broker.Apps())
+	log.Info("lockd serving", "grpc", addrs.GRPC, "http", addrs.HTTP, "reflection", cfg.Reflection,
+		"tls", cfg.TLS.Enabled(), "mtls", cfg.TLS.ClientCA != "", "auth", authn != nil, "token_apps", broker.Apps())
 	if cfg.Started != nil {
 		cfg.Started(addrs)
 	}
@@ -194,14 +228,14 @@ func Run(ctx context.Context, cfg Config) error {
 }
 
 // newBroker builds the token broker for the apps of file (none when nil).
-func newBroker(rdb redis.UniversalClient, file *config.Config, log *slog.Logger) (*token.Broker, error) {
+func newBroker(rdb redis.UniversalClient, file *config.Config, opts token.Options) (*token.Broker, error) {
 	var apps []token.App
 	if file != nil {
 		for _, a := range file.Apps {
 			apps = append(apps, token.App{Name: a.Name, Upstream: a.WeChat()})
 		}
 	}
-	b, err := token.New(rdb, apps, token.Options{Logger: log})
+	b, err := token.New(rdb, apps, opts)
 	if err != nil {
 		return nil, fmt.Errorf("--config: %w", err)
 	}
@@ -310,8 +344,9 @@ func watchHealth(ctx context.Context, hs *health.Server, ping func(context.Conte
 	}
 }
 
-func httpHandler(hs *health.Server) http.Handler {
+func httpHandler(hs *health.Server, metrics http.Handler) http.Handler {
 	mux := http.NewServeMux()
+	mux.Handle("GET /metrics", metrics)
 	mux.HandleFunc("GET /healthz", func(w http.ResponseWriter, _ *http.Request) {
 		_, _ = w.Write([]byte("ok\n"))
 	})
@@ -326,9 +361,10 @@ func httpHandler(hs *health.Server) http.Handler {
 	return mux
 }
 
-// interceptors log each call's end (quietly for expected outcomes) and turn
-// a panic into INTERNAL without taking the server down.
-func interceptors(log *slog.Logger) []grpc.ServerOption {
+// interceptors log each call's end (quietly for expected outcomes), turn a
+// panic into INTERNAL without taking the server down, check bearer tokens
+// and ACLs when authn is set, and refuse strings of invalid UTF-8.
+func interceptors(log *slog.Logger, authn *auth.Authenticator) []grpc.ServerOption {
 	logger := logging.LoggerFunc(func(ctx context.Context, lvl logging.Level, msg string, fields ...any) {
 		log.Log(ctx, slog.Level(lvl), msg, fields...)
 	})
@@ -342,18 +378,22 @@ func interceptors(log *slog.Logger) []grpc.ServerOption {
 			return status.Error(codes.Internal, "internal error")
 		}),
 	}
+	unary := []grpc.UnaryServerInterceptor{
+		logging.UnaryServerInterceptor(logger, logOpts...),
+		recovery.UnaryServerInterceptor(recoverOpts...),
+	}
+	stream := []grpc.StreamServerInterceptor{
+		logging.StreamServerInterceptor(logger, logOpts...),
+		recovery.StreamServerInterceptor(recoverOpts...),
+	}
+	if authn != nil {
+		unary = append(unary, authn.UnaryInterceptor())
+		stream = append(stream, authn.StreamInterceptor())
+	}
 	return []grpc.ServerOption{
 		grpc.ForceServerCodecV2(service.Codec()),
-		grpc.ChainUnaryInterceptor(
-			logging.UnaryServerInterceptor(logger, logOpts...),
-			recovery.UnaryServerInterceptor(recoverOpts...),
-			service.UnaryInterceptor,
-		),
-		grpc.ChainStreamInterceptor(
-			logging.StreamServerInterceptor(logger, logOpts...),
-			recovery.StreamServerInterceptor(recoverOpts...),
-			service.StreamInterceptor,
-		),
+		grpc.ChainUnaryInterceptor(append(unary, service.UnaryInterceptor)...),
+		grpc.ChainStreamInterceptor(append(stream, service.StreamInterceptor)...),
 	}
 }
 
@@ -374,4 +414,44 @@ type redisLogger struct{ log *slog.Logger }
 
 func (l redisLogger) Printf(ctx context.Context, format string, v ...any) {
 	l.log.DebugContext(ctx, fmt.Sprintf(format, v...), "component", "go-redis")
+}
+
+// newAuthenticator returns the Authenticator for the auth section of file,
+// or nil when there is none (no authentication).
+func newAuthenticator(file *config.Config) (*auth.Authenticator, error) {
+	if file == nil || file.Auth == nil {
+		return nil, nil
+	}
+	var clients []auth.Client
+	for _, c := range file.Auth.Clients {
+		clients = append(clients, auth.Client{Name: c.Name, Token: string(c.Token), Locks: c.Locks, Apps: c.Apps})
+	}
+	a, err := auth.New(clients)
+	if err != nil {
+		return nil, fmt.Errorf("--config: %w", err)
+	}
+	return a, nil
+}
+
+// warnIfExposed warns loudly when the gRPC listener is reachable beyond
+// this host without authentication (or without TLS).
+func warnIfExposed(log *slog.Logger, listen string, authenticated bool, tls TLSFiles) {
+	host, _, err := net.SplitHostPort(listen)
+	if err != nil || loopback(host) {
+		return
+	}
+	if !authenticated {
+		log.Warn("INSECURE: listening on " + listen + " beyond loopback without authentication: anyone who can reach it can take and release every lock and read every access token; configure auth.clients in --config")
+	}
+	if !tls.Enabled() {
+		log.Warn("listening on " + listen + " beyond loopback without TLS: bearer tokens and access tokens cross the network in plaintext; set --tls-cert and --tls-key")
+	}
+}
+
+func loopback(host string) bool {
+	if host == "localhost" {
+		return true
+	}
+	ip := net.ParseIP(host)
+	return ip != nil && ip.IsLoopback()
 }

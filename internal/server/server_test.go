@@ -285,7 +285,7 @@ func (panicky) Acquire(context.Context, *lockdv1.AcquireRequest) (*lockdv1.Acqui
 func TestPanicIsInternalAndServerKeepsServing(t *testing.T) {
 	t.Parallel()
 	logs := &syncBuffer{}
-	gs := grpc.NewServer(interceptors(slog.New(slog.NewJSONHandler(logs, nil)))...)
+	gs := grpc.NewServer(interceptors(slog.New(slog.NewJSONHandler(logs, nil)), nil)...)
 	lockdv1.RegisterLockServiceServer(gs, panicky{})
 	lis := listen(t)
 	go func() { _ = gs.Serve(lis) }()
@@ -346,5 +346,54 @@ func TestNewRedisClient(t *testing.T) {
 			t.Errorf("%s: %s, want %s", tc.name, got, tc.wantType)
 		}
 		_ = rdb.Close()
+	}
+}
+
+func TestWarnIfExposed(t *testing.T) {
+	t.Parallel()
+	cases := []struct {
+		name          string
+		listen        string
+		authenticated bool
+		tls           TLSFiles
+		want          []string // substrings of the warnings; none when empty
+	}{
+		{"loopback needs no warning", "127.0.0.1:50051", false, TLSFiles{}, nil},
+		{"localhost needs no warning", "localhost:50051", false, TLSFiles{}, nil},
+		{"IPv6 loopback needs no warning", "[::1]:50051", false, TLSFiles{}, nil},
+		{"all interfaces without auth or TLS warns of both", ":50051", false, TLSFiles{}, []string{"INSECURE", "without TLS"}},
+		{"a public address without auth warns", "0.0.0.0:50051", false, TLSFiles{Cert: "c", Key: "k"}, []string{"INSECURE"}},
+		{"auth without TLS warns of plaintext", "0.0.0.0:50051", true, TLSFiles{}, []string{"without TLS"}},
+		{"auth and TLS need no warning", "0.0.0.0:50051", true, TLSFiles{Cert: "c", Key: "k"}, nil},
+	}
+	for _, tc := range cases {
+		logs := &syncBuffer{}
+		warnIfExposed(slog.New(slog.NewTextHandler(logs, nil)), tc.listen, tc.authenticated, tc.tls)
+		out := logs.String()
+		if len(tc.want) == 0 && out != "" {
+			t.Errorf("%s: warned %q", tc.name, out)
+		}
+		for _, w := range tc.want {
+			if !strings.Contains(out, w) {
+				t.Errorf("%s: %q lacks %q", tc.name, out, w)
+			}
+		}
+	}
+}
+
+func TestTLSConfigErrors(t *testing.T) {
+	t.Parallel()
+	for _, tc := range []struct {
+		name  string
+		files TLSFiles
+		want  string
+	}{
+		{"a key without a certificate", TLSFiles{Key: "k.pem"}, "--tls-cert and --tls-key go together"},
+		{"a client CA alone", TLSFiles{ClientCA: "ca.pem"}, "--tls-cert and --tls-key go together"},
+		{"missing files", TLSFiles{Cert: "/nonexistent/c.pem", Key: "/nonexistent/k.pem"}, "no such file"},
+	} {
+		if _, err := tlsConfig(tc.files); err == nil || !strings.Contains(err.Error(), tc.want) {
+			t.Errorf("%s: %v, want %q", tc.name, err, tc.want)
+		}
 	}
 }

@@ -101,6 +101,9 @@ func newLockMetrics(meter metric.Meter) (*LockMetrics, error) {
 		metric.WithUnit("{lease}")); err != nil {
 		return nil, err
 	}
+	// Export the count from the start, at 0: an alert on its rate must not
+	// wait for the first loss to find the series.
+	m.lost.Add(context.Background(), 0)
 	for i := range modes {
 		mode := attribute.String("mode", modeLabel(i))
 		m.grantOpts[i] = []metric.AddOption{metric.WithAttributeSet(attribute.NewSet(mode))}

@@ -154,11 +154,18 @@ func TestSeveralInOneProcess(t *testing.T) {
 	t.Parallel()
 	a, b := setup(t, Options{}), setup(t, Options{})
 	a.Locks().Lost()
-	if _, ok := scrape(t, b.MetricsHandler())["lockd_lock_lost_total"]; ok {
-		t.Error("b serves a's lost lease")
+	lost := func(tel *Telemetry) float64 {
+		fam := scrape(t, tel.MetricsHandler())["lockd_lock_lost_total"]
+		if fam == nil || len(fam.GetMetric()) != 1 {
+			t.Fatalf("lockd_lock_lost_total = %v, want one series (exported from the start)", fam)
+		}
+		return fam.GetMetric()[0].GetCounter().GetValue()
 	}
-	if _, ok := scrape(t, a.MetricsHandler())["lockd_lock_lost_total"]; !ok {
-		t.Error("a does not serve its lost lease")
+	if v := lost(b); v != 0 {
+		t.Errorf("b serves %v lost leases, want its own 0", v)
+	}
+	if v := lost(a); v != 1 {
+		t.Errorf("a serves %v lost leases, want 1", v)
 	}
 }
 
