@@ -425,7 +425,14 @@ func (c *Client) KeepAlive(ctx context.Context, key, leaseID string, ttl time.Du
 	)
 	due := time.Now()
 	for {
-		res := c.renewer.renew(ctx, ks, key, leaseID, ttl, span/10, due)
+		// Once a renewal has been confirmed, waiting for the next one ends
+		// a little before the lease would run out.
+		rctx, cancel := ctx, context.CancelFunc(func() {})
+		if !expiry.IsZero() {
+			rctx, cancel = context.WithDeadline(ctx, expiry.Add(-span/6))
+		}
+		res := c.renewer.renew(rctx, ks, key, leaseID, ttl, span/10, due)
+		cancel()
 		switch err := res.err; {
 		case ctx.Err() != nil:
 			return ctx.Err()

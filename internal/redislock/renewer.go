@@ -42,6 +42,7 @@ type renewal struct {
 	ttl     time.Duration // 0 keeps the lease's own
 	due     time.Time
 	early   time.Duration // how much earlier it may go to join a batch
+	until   time.Time     // when the caller stops waiting; zero: never
 	result  chan renewResult
 	dropped atomic.Bool
 	index   int
@@ -63,6 +64,7 @@ func newRenewer(rdb redis.UniversalClient) *renewer {
 // batch) and waits for its outcome.
 func (r *renewer) renew(ctx context.Context, ks keySet, key, id string, ttl, early time.Duration, due time.Time) renewResult {
 	rn := &renewal{key: key, id: id, ks: ks, ttl: ttl, due: due, early: min(early, maxEarly), result: make(chan renewResult, 1)}
+	rn.until, _ = ctx.Deadline()
 	r.mu.Lock()
 	heap.Push(&r.queue, rn)
 	first := r.queue[0] == rn
@@ -135,7 +137,15 @@ func (r *renewer) flush(batch []*renewal) {
 	if len(batch) == 0 {
 		return
 	}
-	ctx, cancel := context.WithTimeout(context.Background(), renewTimeout)
+	// The round trip ends at the first deadline of the callers waiting on
+	// it: a lease whose renewal cannot be confirmed in time is given up.
+	until := time.Now().Add(renewTimeout)
+	for _, rn := range batch {
+		if !rn.until.IsZero() && rn.until.Before(until) {
+			until = rn.until
+		}
+	}
+	ctx, cancel := context.WithDeadline(context.Background(), until)
 	defer cancel()
 	sent := time.Now()
 	cmds := r.send(ctx, batch)

@@ -1,0 +1,43 @@
+package redislock
+
+import (
+	"context"
+	"testing"
+	"time"
+
+	"github.com/lockd/lockd/internal/redistest"
+)
+
+// TestWaitersLeaveNothingBehind lets waiters give up and checks the shared
+// subscription drops their channels once idle, and no writer stays queued.
+func TestWaitersLeaveNothingBehind(t *testing.T) {
+	t.Parallel()
+	rdb := redistest.Start(t).Client(t)
+	c := New(rdb, Options{})
+	defer c.Close()
+	ctx := context.Background()
+	if _, err := c.Acquire(ctx, Request{Key: "busy", Mode: Write, Owner: "a", TTL: time.Minute}); err != nil {
+		t.Fatal(err)
+	}
+	for _, mode := range []Mode{Write, Read} {
+		wctx, cancel := context.WithTimeout(ctx, 100*time.Millisecond)
+		res, err := c.Acquire(wctx, Request{Key: "busy", Mode: mode, Owner: "w", TTL: time.Minute, Wait: time.Minute})
+		cancel()
+		if err != nil || res.Acquired {
+			t.Fatalf("%v waiter: %+v, %v", mode, res, err)
+		}
+	}
+	if n := rdb.ZCard(ctx, "lockd:{busy}:writers").Val(); n != 0 {
+		t.Fatalf("%d writers still queued", n)
+	}
+	deadline := time.Now().Add(10 * time.Second)
+	for c.subs.active() != 0 {
+		if time.Now().After(deadline) {
+			t.Fatalf("%d channels still subscribed after their waiters left", c.subs.active())
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+	if n := rdb.PubSubNumSub(ctx, "lockd:{busy}:released").Val()["lockd:{busy}:released"]; n != 0 {
+		t.Fatalf("Redis still has %d subscribers on the channel", n)
+	}
+}
