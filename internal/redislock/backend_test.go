@@ -34,6 +34,7 @@ var contract = []struct {
 	{"Keys", contractKeys},
 	{"InvalidRequests", contractInvalidRequests},
 	{"IdempotentRequests", contractIdempotentRequests},
+	{"RequestIDsStayWithTheirCall", contractRequestIDsStayWithTheirCall},
 	{"NothingLeftBehind", contractNothingLeftBehind},
 	{"HandoffIsWokenByRelease", contractHandoffIsWokenByRelease},
 	{"WaitEnds", contractWaitEnds},

@@ -5,7 +5,7 @@
 --   KEYS[1] state   HASH  fence -> last fencing token issued
 --                         wl -> lease_id of the write holder, if any
 --                         o:<mode>:<owner> -> that owner's lease_id in <mode>
---                         <lease_id> -> "<mode>|<hold_count>|<fencing_token>|<ttl_ms>|<owner>"
+--                         l:<lease_id> -> "<mode>|<hold_count>|<fencing_token>|<ttl_ms>|<owner>"
 --   KEYS[2] holders ZSET  lease_id -> expire time (ms, Redis clock)
 --   KEYS[3] writers ZSET  waiting writer id -> end of its wait (ms, Redis clock)
 -- Expiry is decided only by Redis's own clock (TIME).
@@ -34,13 +34,27 @@ local function encode(l)
   return l.mode .. '|' .. num(l.count) .. '|' .. num(l.token) .. '|' .. num(l.ttl) .. '|' .. l.owner
 end
 
+-- get_lease returns the record of a held lease, or nil. Lease fields have
+-- their own prefix, so no lease_id can name another field.
+local function get_lease(id)
+  local rec = redis.call('HGET', state, 'l:' .. id)
+  if not rec then
+    return nil
+  end
+  return decode(rec)
+end
+
+local function put_lease(id, l)
+  redis.call('HSET', state, 'l:' .. id, encode(l))
+end
+
 local function publish(channel, command)
   redis.call(command, channel, 'released')
 end
 
 -- drop removes one lease and everything that points at it.
 local function drop(id, l)
-  redis.call('HDEL', state, id, 'o:' .. l.mode .. ':' .. l.owner)
+  redis.call('HDEL', state, 'l:' .. id, 'o:' .. l.mode .. ':' .. l.owner)
   if l.mode == 'w' then
     redis.call('HDEL', state, 'wl')
   end
@@ -52,9 +66,9 @@ end
 local function purge()
   local gone = redis.call('ZRANGEBYSCORE', holders, '-inf', now_ms)
   for _, id in ipairs(gone) do
-    local rec = redis.call('HGET', state, id)
-    if rec then
-      drop(id, decode(rec))
+    local l = get_lease(id)
+    if l then
+      drop(id, l)
     else
       redis.call('ZREM', holders, id)
     end

@@ -501,3 +501,40 @@ func waitUntil(t *testing.T, what string, cond func() bool) {
 		time.Sleep(10 * time.Millisecond)
 	}
 }
+
+// contractRequestIDsStayWithTheirCall reuses request ids across calls,
+// callers and leases: a request id never hands one caller another's lease,
+// and never stands in for a different release.
+func contractRequestIDsStayWithTheirCall(t *testing.T, b backend) {
+	c := b.newClient(t, redislock.Options{})
+	ctx := ctxT(t, 10*time.Second)
+	alice := mustAcquire(t, c, redislock.Request{Key: "rid", Mode: redislock.Write, Owner: "alice", TTL: minute, RequestID: "1"})
+	// Another owner, or another mode, with the same request id is a new
+	// request: refused while alice holds the key.
+	mustRefuse(t, c, redislock.Request{Key: "rid", Mode: redislock.Read, Owner: "bob", TTL: minute, RequestID: "1"})
+	mustRefuse(t, c, redislock.Request{Key: "rid", Mode: redislock.Write, Owner: "bob", TTL: minute, RequestID: "1"})
+	// A Release may reuse an Acquire's request id.
+	if n, err := c.Release(ctx, "rid", alice.ID, "1"); err != nil || n != 0 {
+		t.Fatalf("Release with the Acquire's request id = %d, %v", n, err)
+	}
+	// A request id used to release one lease does not stand in for
+	// releasing another.
+	x := mustAcquire(t, c, redislock.Request{Key: "rid-x", Mode: redislock.Write, TTL: minute})
+	y := mustAcquire(t, c, redislock.Request{Key: "rid-x2", Mode: redislock.Write, TTL: minute})
+	if _, err := c.Release(ctx, "rid-x", x.ID, "same"); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := c.Release(ctx, "rid-x2", y.ID, "same"); err != nil {
+		t.Fatal(err)
+	}
+	mustAcquire(t, c, redislock.Request{Key: "rid-x2", Mode: redislock.Write, TTL: minute})
+	// Lease ids that look like the lock's bookkeeping are simply not held.
+	for _, id := range []string{"fence", "wl", "o:w:alice", "l:x", ""} {
+		if _, err := c.Release(ctx, "rid-x2", id, ""); !errors.Is(err, redislock.ErrNotHeld) {
+			t.Errorf("Release(%q) = %v, want ErrNotHeld", id, err)
+		}
+		if _, err := c.Renew(ctx, "rid-x2", id, 0); !errors.Is(err, redislock.ErrNotHeld) {
+			t.Errorf("Renew(%q) = %v, want ErrNotHeld", id, err)
+		}
+	}
+}

@@ -219,14 +219,15 @@ func (c *Client) Acquire(ctx context.Context, req Request) (Result, error) {
 	if req.Mode != Read && req.Mode != Write {
 		return Result{}, fmt.Errorf("%w: %d", ErrInvalidMode, req.Mode)
 	}
-	if req.TTL <= 0 {
-		return Result{}, fmt.Errorf("%w: ttl must be positive, got %v", ErrInvalidTTL, req.TTL)
+	if req.TTL < time.Millisecond {
+		return Result{}, fmt.Errorf("%w: ttl must be at least 1ms, got %v", ErrInvalidTTL, req.TTL)
 	}
-	if req.Owner == "" {
+	ownerGiven := req.Owner != ""
+	if !ownerGiven {
 		req.Owner = "lockd-" + newID()
 	}
 	ks := newKeySet(c.prefix, req.Key)
-	a := attempt{c: c, ks: ks, req: req, leaseID: newID(), waiter: newID(), start: time.Now()}
+	a := attempt{c: c, ks: ks, req: req, ownerGiven: ownerGiven, leaseID: newID(), waiter: newID(), start: time.Now()}
 
 	if req.Wait <= 0 {
 		res, err := a.try(ctx, 0)
@@ -240,7 +241,7 @@ func (c *Client) Acquire(ctx context.Context, req Request) (Result, error) {
 	if err != nil || res.Acquired {
 		return a.finish(ctx, res, err)
 	}
-	wake, done, err := c.subs.subscribe(ctx, ks.channel, deadline)
+	wake, done, err := c.subs.subscribe(ctx, ks.channel, deadline, c.maxRecheck)
 	if err != nil {
 		a.unwait()
 		if errors.Is(err, context.DeadlineExceeded) && ctx.Err() == nil {
@@ -281,39 +282,54 @@ func (c *Client) Acquire(ctx context.Context, req Request) (Result, error) {
 // attempt is one Acquire call: its lease id (used if a new lease is granted)
 // and its waiter id (used while it queues as a writer).
 type attempt struct {
-	c       *Client
-	ks      keySet
-	req     Request
-	leaseID string
-	waiter  string
-	start   time.Time
-	queued  bool
+	c          *Client
+	ks         keySet
+	req        Request
+	ownerGiven bool
+	leaseID    string
+	waiter     string
+	start      time.Time
+	queued     bool
+	replayed   bool // the grant is a retried request_id's first result
 }
 
 func (a *attempt) try(ctx context.Context, wait time.Duration) (Result, error) {
 	keys := []string{a.ks.state, a.ks.holders, a.ks.writers}
 	if a.req.RequestID != "" {
-		keys = append(keys, a.ks.requestPrefix+a.req.RequestID)
+		keys = append(keys, a.ks.requestPrefix+"acquire:"+a.req.RequestID)
 	}
 	waitMs := int64(0)
 	if wait > 0 {
-		waitMs = max(1, wait.Milliseconds())
-		a.queued = a.queued || a.req.Mode == Write
+		// A queued writer holds readers back only a few re-checks ahead;
+		// each re-check extends it. A writer whose process dies stops
+		// blocking readers soon, not when its whole wait would end.
+		waitMs = max(1, min(wait, 3*a.c.maxRecheck).Milliseconds())
+	}
+	given := "0"
+	if a.ownerGiven {
+		given = "1"
 	}
 	reply, err := acquireScript.Run(ctx, a.c.rdb, keys,
-		a.req.Mode.arg(), a.req.Owner, a.leaseID, a.req.TTL.Milliseconds(), waitMs, a.waiter).Slice()
+		a.req.Mode.arg(), a.req.Owner, a.leaseID, a.req.TTL.Milliseconds(), waitMs, a.waiter, given).Slice()
 	if err != nil {
+		// The script may have run with its reply lost: give back what it
+		// may have granted or queued.
+		queued := a.queued || waitMs > 0 && a.req.Mode == Write
+		a.queued = false
+		go a.abandon(queued)
 		return Result{}, err
 	}
 	switch status(reply) {
-	case 1:
+	case 1, 2:
 		l, err := parseLease(a.req.Key, reply)
 		if err != nil {
 			return Result{}, err
 		}
 		a.queued = false
+		a.replayed = status(reply) == 2
 		return Result{Acquired: true, Lease: l}, nil
 	case 0:
+		a.queued = a.queued || waitMs > 0 && a.req.Mode == Write
 		return Result{RetryAfter: msArg(reply, 1)}, nil
 	case -2:
 		return Result{}, fmt.Errorf("%w: key %q", ErrUpgrade, a.req.Key)
@@ -326,22 +342,42 @@ func (a *attempt) try(ctx context.Context, wait time.Duration) (Result, error) {
 func (a *attempt) finish(ctx context.Context, res Result, err error) (Result, error) {
 	waited := time.Since(a.start)
 	if err == nil && res.Acquired && ctx.Err() != nil {
-		bg, cancel := context.WithTimeout(context.WithoutCancel(ctx), time.Second)
-		defer cancel()
-		_, _ = a.c.Release(bg, a.req.Key, res.Lease.ID, "")
+		// Only a hold this call added is given back, and only when no
+		// retry with the same request id could claim it.
+		if !a.replayed && a.req.RequestID == "" {
+			bg, cancel := context.WithTimeout(context.WithoutCancel(ctx), time.Second)
+			defer cancel()
+			_, _ = a.c.Release(bg, a.req.Key, res.Lease.ID, "")
+		}
 		return Result{}, ctx.Err()
 	}
 	if err != nil {
 		return Result{}, err
 	}
 	if res.Acquired {
-		if res.Lease.HoldCount == 1 && res.Lease.ID == a.leaseID {
+		if res.Lease.ID == a.leaseID && !a.replayed {
 			a.c.obs.Granted(a.req.Mode, waited)
 		}
 	} else if a.req.Wait > 0 {
 		a.c.obs.Waited(a.req.Mode, waited)
 	}
 	return res, nil
+}
+
+// abandon gives back a lease this attempt may have been granted without
+// hearing of it (unless a retry with its request id can claim it), and
+// withdraws it from the writers' queue. A lease id is only ever granted to
+// the attempt that made it up, so this touches no one else's hold.
+func (a *attempt) abandon(queued bool) {
+	ctx, cancel := context.WithTimeout(context.Background(), time.Second)
+	defer cancel()
+	if a.req.RequestID == "" {
+		// With a request id the caller retries and gets the grant back.
+		_, _ = a.c.Release(ctx, a.req.Key, a.leaseID, "")
+	}
+	if queued {
+		a.withdraw(ctx)
+	}
 }
 
 // unwait withdraws a queued writer, so the readers it held back go in now
@@ -352,9 +388,13 @@ func (a *attempt) unwait() {
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), time.Second)
 	defer cancel()
+	a.withdraw(ctx)
+	a.queued = false
+}
+
+func (a *attempt) withdraw(ctx context.Context) {
 	_ = unwaitScript.Run(ctx, a.c.rdb, []string{a.ks.state, a.ks.holders, a.ks.writers},
 		a.waiter, a.ks.channel, a.c.publish).Err()
-	a.queued = false
 }
 
 // Release takes one hold away from the lease and returns the hold count
@@ -367,13 +407,13 @@ func (c *Client) Release(ctx context.Context, key, leaseID, requestID string) (u
 	ks := newKeySet(c.prefix, key)
 	keys := []string{ks.state, ks.holders, ks.writers}
 	if requestID != "" {
-		keys = append(keys, ks.requestPrefix+requestID)
+		keys = append(keys, ks.requestPrefix+"release:"+requestID)
 	}
 	reply, err := releaseScript.Run(ctx, c.rdb, keys, leaseID, ks.channel, c.publish).Slice()
 	if err != nil {
 		return 0, err
 	}
-	if status(reply) != 1 {
+	if status(reply) != 1 || len(reply) < 2 {
 		return 0, notHeld(key)
 	}
 	n, _ := reply[1].(int64)

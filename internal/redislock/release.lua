@@ -1,7 +1,7 @@
 -- release.lua takes one hold away from a lease and ends it at zero.
 --
 -- KEYS[1..3] state, holders, writers (see common.lua)
--- KEYS[4]    optional request key: request_id -> remaining hold_count
+-- KEYS[4]    optional request key: request_id -> "<lease_id>|<hold_count left>"
 -- ARGV[1] lease_id
 -- ARGV[2] channel that wakes waiters
 -- ARGV[3] publish command: PUBLISH or SPUBLISH
@@ -15,15 +15,19 @@ local request = KEYS[4]
 
 local expired = purge()
 
+-- A retried request for the same lease returns its first result.
 if request then
   local done = redis.call('GET', request)
   if done then
-    return {1, tonumber(done)}
+    local done_id, count = string.match(done, '^(.*)|(%d+)$')
+    if done_id == id then
+      return {1, tonumber(count)}
+    end
   end
 end
 
-local rec = redis.call('HGET', state, id)
-if not rec then
+local l = get_lease(id)
+if not l then
   if expired then
     publish(channel, publish_cmd)
   end
@@ -31,16 +35,15 @@ if not rec then
   return {-1}
 end
 
-local l = decode(rec)
 local remember = l.ttl
 l.count = l.count - 1
 if l.count > 0 then
-  redis.call('HSET', state, id, encode(l))
+  put_lease(id, l)
 else
   drop(id, l)
 end
 if request then
-  redis.call('SET', request, num(l.count), 'PX', num(remember))
+  redis.call('SET', request, id .. '|' .. num(l.count), 'PX', num(remember))
 end
 -- Waiters can only get in when a writer leaves or the last holder goes.
 if expired or (l.count == 0 and (l.mode == 'w' or redis.call('ZCARD', holders) == 0)) then

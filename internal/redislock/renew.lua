@@ -10,16 +10,15 @@ local id, ttl = ARGV[1], tonumber(ARGV[2])
 
 purge()
 
-local rec = redis.call('HGET', state, id)
-if not rec then
+local l = get_lease(id)
+if not l then
   tidy()
   return {-1}
 end
 
-local l = decode(rec)
 if ttl > 0 and ttl ~= l.ttl then
   l.ttl = ttl
-  redis.call('HSET', state, id, encode(l))
+  put_lease(id, l)
 end
 redis.call('ZADD', holders, num(now_ms + l.ttl), id)
 tidy()

@@ -80,6 +80,11 @@ func (r *renewer) renew(ctx context.Context, ks keySet, key, id string, ttl, ear
 		return res
 	case <-ctx.Done():
 		rn.dropped.Store(true)
+		r.mu.Lock()
+		if rn.index >= 0 && rn.index < len(r.queue) && r.queue[rn.index] == rn {
+			heap.Remove(&r.queue, rn.index)
+		}
+		r.mu.Unlock()
 		return renewResult{err: ctx.Err()}
 	case <-r.stopped:
 		return renewResult{err: ErrClosed}
@@ -149,11 +154,7 @@ func (r *renewer) flush(batch []*renewal) {
 	defer cancel()
 	sent := time.Now()
 	cmds := r.send(ctx, batch)
-	if noScript(cmds) {
-		if err := renewScript.Load(ctx, r.rdb).Err(); err == nil {
-			cmds = r.send(ctx, batch)
-		}
-	}
+	r.resendMissing(ctx, batch, cmds)
 	for i, rn := range batch {
 		res := renewResult{sent: sent}
 		reply, err := cmds[i].Slice()
@@ -173,19 +174,32 @@ func (r *renewer) send(ctx context.Context, batch []*renewal) []*redis.Cmd {
 	cmds := make([]*redis.Cmd, len(batch))
 	pipe := r.rdb.Pipeline()
 	for i, rn := range batch {
-		cmds[i] = renewScript.EvalSha(ctx, pipe, []string{rn.ks.state, rn.ks.holders, rn.ks.writers}, rn.id, rn.ttl.Milliseconds())
+		cmds[i] = renewScript.EvalSha(ctx, pipe, rn.keys(), rn.id, rn.ttl.Milliseconds())
 	}
 	_, _ = pipe.Exec(ctx)
 	return cmds
 }
 
-func noScript(cmds []*redis.Cmd) bool {
-	for _, c := range cmds {
+// resendMissing sends again, with the script's text, the renewals that met
+// a Redis without the script cached (restarted, or a replica promoted on
+// failover); EVAL caches it there for the next batch.
+func (r *renewer) resendMissing(ctx context.Context, batch []*renewal, cmds []*redis.Cmd) {
+	var pipe redis.Pipeliner
+	for i, c := range cmds {
 		if err := c.Err(); err != nil && strings.HasPrefix(err.Error(), "NOSCRIPT") {
-			return true
+			if pipe == nil {
+				pipe = r.rdb.Pipeline()
+			}
+			cmds[i] = renewScript.Eval(ctx, pipe, batch[i].keys(), batch[i].id, batch[i].ttl.Milliseconds())
 		}
 	}
-	return false
+	if pipe != nil {
+		_, _ = pipe.Exec(ctx)
+	}
+}
+
+func (rn *renewal) keys() []string {
+	return []string{rn.ks.state, rn.ks.holders, rn.ks.writers}
 }
 
 func (r *renewer) close() {
@@ -214,6 +228,7 @@ func (q *renewalQueue) Pop() any {
 	n := len(old)
 	rn := old[n-1]
 	old[n-1] = nil
+	rn.index = -1
 	*q = old[:n-1]
 	return rn
 }

@@ -12,6 +12,10 @@ import (
 // busy key is not unsubscribed and subscribed again for every waiter.
 const idleAfter = time.Second
 
+// unconfirmedAfter is how long a subscription may go unconfirmed before
+// the sweep may drop it.
+const unconfirmedAfter = 10 * time.Second
+
 // subscriber shares pub/sub connections among all waiters of a Client: one
 // connection for a single Redis, one per master node on Redis Cluster. Each
 // channel is subscribed once however many waiters it has, and every message
@@ -54,6 +58,7 @@ func (sh *shard) enqueue(c command) {
 
 type topic struct {
 	refs      int
+	created   time.Time
 	idleSince time.Time
 	ready     chan struct{} // closed when the subscription is confirmed
 	confirmed bool
@@ -69,10 +74,12 @@ func newSubscriber(rdb redis.UniversalClient, sharded bool) *subscriber {
 }
 
 // subscribe registers a waiter on channel and returns once the subscription
-// is confirmed by Redis, so no message published after that is missed. wake
-// receives a value after each message; done must be called when the waiter
-// stops waiting.
-func (s *subscriber) subscribe(ctx context.Context, channel string, deadline time.Time) (wake <-chan struct{}, done func(), err error) {
+// is confirmed by Redis, so no message published after that is missed, or
+// after confirmWait at most: a subscription Redis does not confirm (no
+// permission on the channel, a slot that moved) leaves the waiter to its
+// re-checks rather than stranding it. wake receives a value after each
+// message; done must be called when the waiter stops waiting.
+func (s *subscriber) subscribe(ctx context.Context, channel string, deadline time.Time, confirmWait time.Duration) (wake <-chan struct{}, done func(), err error) {
 	ctx, cancel := context.WithDeadline(ctx, deadline)
 	defer cancel()
 	s.mu.Lock()
@@ -92,7 +99,7 @@ func (s *subscriber) subscribe(ctx context.Context, channel string, deadline tim
 	tp := sh.topics[channel]
 	fresh := tp == nil
 	if fresh {
-		tp = &topic{ready: make(chan struct{}), waiters: map[chan struct{}]struct{}{}}
+		tp = &topic{created: time.Now(), ready: make(chan struct{}), waiters: map[chan struct{}]struct{}{}}
 		sh.topics[channel] = tp
 	}
 	tp.refs++
@@ -112,12 +119,16 @@ func (s *subscriber) subscribe(ctx context.Context, channel string, deadline tim
 			tp.idleSince = time.Now()
 		}
 	}
+	unconfirmed := time.NewTimer(confirmWait)
+	defer unconfirmed.Stop()
 	select {
 	case <-tp.ready:
 		if tp.err != nil {
 			done()
 			return nil, nil, tp.err
 		}
+		return w, done, nil
+	case <-unconfirmed.C:
 		return w, done, nil
 	case <-ctx.Done():
 		done()
@@ -271,7 +282,11 @@ func (s *subscriber) sweep() {
 		for key, sh := range s.shards {
 			var idle []string
 			for ch, tp := range sh.topics {
-				if tp.refs == 0 && tp.confirmed && time.Since(tp.idleSince) >= idleAfter {
+				// A subscription never confirmed (its reply lost or
+				// refused) is dropped too once nobody waits on it, so the
+				// next waiter subscribes afresh.
+				stale := !tp.confirmed && time.Since(tp.created) >= unconfirmedAfter
+				if tp.refs == 0 && (tp.confirmed || stale) && time.Since(tp.idleSince) >= idleAfter {
 					idle = append(idle, ch)
 					delete(sh.topics, ch)
 				}
