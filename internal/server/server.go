@@ -158,7 +158,10 @@ func Run(ctx context.Context, cfg Config) error {
 	if err != nil {
 		return fmt.Errorf("listen %s: %w", cfg.Listen, err)
 	}
-	opts := append(creds, tel.GRPCServerOptions()...)
+	// Handlers finish their cleanup (queued writers withdrawn, holds given
+	// back) before the engine and Redis close, even after a forced Stop.
+	opts := append(creds, grpc.WaitForHandlers(true))
+	opts = append(opts, tel.GRPCServerOptions()...)
 	gs := grpc.NewServer(append(opts, interceptors(log, authn)...)...)
 	lockdv1.RegisterLockServiceServer(gs, locks)
 	lockdv1.RegisterTokenServiceServer(gs, tokens)

@@ -77,7 +77,7 @@ func redisUnavailable(err error) bool {
 	var re redis.Error
 	if errors.As(err, &re) {
 		msg := re.Error()
-		for _, p := range []string{"LOADING", "BUSY", "TRYAGAIN", "CLUSTERDOWN", "MASTERDOWN", "READONLY", "MOVED", "ASK", "NOREPLICAS"} {
+		for _, p := range []string{"LOADING", "BUSY", "TRYAGAIN", "CLUSTERDOWN", "MASTERDOWN", "READONLY", "MOVED", "ASK", "NOREPLICAS", "OOM", "NOAUTH", "NOPERM", "WRONGPASS"} {
 			if strings.HasPrefix(msg, p) {
 				return true
 			}

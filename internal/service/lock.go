@@ -38,8 +38,9 @@ func NewLockServer(engine *redislock.Client, limits Limits, log *slog.Logger) *L
 }
 
 // Drain ends every open KeepAlive stream with UNAVAILABLE, without
-// releasing its lease, so clients resume on another replica. It is called
-// when the server shuts down.
+// releasing its lease, so clients resume on another replica, and ends
+// every waiting Acquire, RLock and WLock with UNAVAILABLE, so callers retry
+// elsewhere. It is called when the server shuts down.
 func (s *LockServer) Drain() {
 	s.drainOnce.Do(func() { close(s.drained) })
 }
@@ -116,9 +117,19 @@ func (s *LockServer) acquire(ctx context.Context, mode redislock.Mode, req acqui
 		}
 		defer s.waiters.Add(-1)
 	}
+	if wait > 0 {
+		// A waiter ends when the server drains, so shutdown need not
+		// wait for it and the caller retries on another replica.
+		var stop func()
+		bctx, stop = s.endOnDrain(bctx)
+		defer stop()
+	}
 	res, err := s.engine.Acquire(bctx, redislock.Request{
 		Key: req.GetKey(), Mode: mode, Owner: req.GetOwner(), TTL: ttl, Wait: wait, RequestID: req.GetRequestId(),
 	})
+	if err != nil && context.Cause(bctx) == errShuttingDown {
+		err = errShuttingDown
+	}
 	return res, toStatus(ctx, s.log, err)
 }
 
@@ -182,15 +193,8 @@ func (s *LockServer) KeepAlive(req *lockdv1.KeepAliveRequest, stream lockdv1.Loc
 	}
 	defer s.streams.Add(-1)
 
-	kctx, cancel := context.WithCancelCause(ctx)
-	defer cancel(nil)
-	go func() {
-		select {
-		case <-s.drained:
-			cancel(errShuttingDown)
-		case <-kctx.Done():
-		}
-	}()
+	kctx, stop := s.endOnDrain(ctx)
+	defer stop()
 
 	err = s.engine.KeepAlive(kctx, req.GetKey(), req.GetLeaseId(), ttl, func(l redislock.Lease) error {
 		return stream.Send(&lockdv1.KeepAliveResponse{Lease: toProto(l)})
@@ -210,6 +214,20 @@ func (s *LockServer) KeepAlive(req *lockdv1.KeepAliveRequest, stream lockdv1.Loc
 		return toStatus(ctx, s.log, ctx.Err())
 	}
 	return toStatus(ctx, s.log, err)
+}
+
+// endOnDrain returns ctx canceled with cause errShuttingDown when the
+// server drains; stop releases it.
+func (s *LockServer) endOnDrain(ctx context.Context) (context.Context, func()) {
+	dctx, cancel := context.WithCancelCause(ctx)
+	go func() {
+		select {
+		case <-s.drained:
+			cancel(errShuttingDown)
+		case <-dctx.Done():
+		}
+	}()
+	return dctx, func() { cancel(nil) }
 }
 
 func errLimitf(what string, n int) error {

@@ -512,3 +512,30 @@ func (rawCodec) Unmarshal(data mem.BufferSlice, v any) error {
 	*v.(*[]byte) = data.Materialize()
 	return nil
 }
+
+// TestDrainEndsWaiters shows a waiting Acquire ends with UNAVAILABLE when
+// the server drains, leaving no queued writer behind, so shutdown need not
+// wait for it and the caller retries elsewhere.
+func TestDrainEndsWaiters(t *testing.T) {
+	t.Parallel()
+	rdb := redistest.Start(t).Client(t)
+	inst := startInstance(t, rdb, service.DefaultLimits())
+	ctx := timeout(t, 30*time.Second)
+	if res, err := inst.client.RLock(ctx, &lockdv1.RLockRequest{Key: "drained", Owner: "r"}); err != nil || !res.GetAcquired() {
+		t.Fatal(res, err)
+	}
+	waiting := make(chan error, 1)
+	go func() {
+		_, err := inst.client.WLock(ctx, &lockdv1.WLockRequest{Key: "drained", Owner: "w", WaitTimeout: durationpb.New(time.Minute)})
+		waiting <- err
+	}()
+	waitFor(t, "the writer to queue", func() bool { return rdb.ZCard(ctx, "lockd:{drained}:writers").Val() == 1 })
+	inst.server.Drain()
+	select {
+	case err := <-waiting:
+		wantCode(t, "a waiter on drain", err, codes.Unavailable)
+	case <-ctx.Done():
+		t.Fatal("the waiter was not ended by Drain")
+	}
+	waitFor(t, "the writer to leave the queue", func() bool { return rdb.ZCard(ctx, "lockd:{drained}:writers").Val() == 0 })
+}
