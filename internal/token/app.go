@@ -181,6 +181,17 @@ func (a *app) lead(ctx context.Context, lease redislock.Lease, w want) (Token, e
 	// A mint once begun is finished and stored even if every caller left.
 	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), a.b.lockTTL)
 	defer cancel()
+	// The lock is kept alive while the upstream answers, however slowly;
+	// should it be lost anyway, the mint stops before another replica's
+	// could overlap it.
+	ctx, lost := context.WithCancelCause(ctx)
+	defer lost(nil)
+	go func() {
+		err := a.b.locks.KeepAlive(ctx, a.name, lease.ID, 0, func(redislock.Lease) error { return nil })
+		if errors.Is(err, redislock.ErrNotHeld) {
+			lost(err)
+		}
+	}()
 	defer func() {
 		rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 2*time.Second)
 		defer cancel()
