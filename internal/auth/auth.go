@@ -110,8 +110,10 @@ func (a *Authenticator) authenticate(ctx context.Context) (context.Context, erro
 	return context.WithValue(ctx, clientKey{}, found), nil
 }
 
-// authorize checks a request against the client's ACLs.
-func authorize(ctx context.Context, req any) error {
+// authorize checks a request of method against the client's ACLs. A
+// request naming neither a key nor an app is allowed only for server
+// reflection: a method added later is denied until it is thought about.
+func authorize(ctx context.Context, method string, req any) error {
 	c, ok := ctx.Value(clientKey{}).(*client)
 	if !ok {
 		return status.Error(codes.Unauthenticated, "not authenticated")
@@ -131,7 +133,10 @@ func authorize(ctx context.Context, req any) error {
 		}
 		return status.Errorf(codes.PermissionDenied, "client %q may not read tokens of app %q", c.name, r.GetApp())
 	}
-	return nil
+	if strings.HasPrefix(method, "/grpc.reflection.") {
+		return nil
+	}
+	return status.Errorf(codes.PermissionDenied, "client %q may not call %s", c.name, method)
 }
 
 // open tells which calls need no token: health checks.
@@ -147,7 +152,7 @@ func (a *Authenticator) UnaryInterceptor() grpc.UnaryServerInterceptor {
 		if err != nil {
 			return nil, err
 		}
-		if err := authorize(ctx, req); err != nil {
+		if err := authorize(ctx, info.FullMethod, req); err != nil {
 			return nil, err
 		}
 		return handler(ctx, req)
@@ -163,14 +168,15 @@ func (a *Authenticator) StreamInterceptor() grpc.StreamServerInterceptor {
 		if err != nil {
 			return err
 		}
-		return handler(srv, &authorizedStream{ServerStream: ss, ctx: ctx})
+		return handler(srv, &authorizedStream{ServerStream: ss, ctx: ctx, method: info.FullMethod})
 	}
 	return selector.StreamServerInterceptor(check, open)
 }
 
 type authorizedStream struct {
 	grpc.ServerStream
-	ctx context.Context
+	ctx    context.Context
+	method string
 }
 
 func (s *authorizedStream) Context() context.Context { return s.ctx }
@@ -179,5 +185,5 @@ func (s *authorizedStream) RecvMsg(m any) error {
 	if err := s.ServerStream.RecvMsg(m); err != nil {
 		return err
 	}
-	return authorize(s.ctx, m)
+	return authorize(s.ctx, s.method, m)
 }
