@@ -232,6 +232,12 @@ func TestEmbeddedStore(t *testing.T) {
 	if waited := time.Since(start); waited > 5*time.Second {
 		t.Fatalf("waited %v for a 200ms lease to run out", waited)
 	}
+	// Calls are logged when they end (at DEBUG, as they ended OK).
+	for _, want := range []string{`"msg":"finished call"`, `"grpc.method":"/lockd.v1.LockService/Acquire"`, `"grpc.code":"OK"`, `"level":"DEBUG"`} {
+		if !strings.Contains(r.logs.String(), want) {
+			t.Errorf("logs lack %s", want)
+		}
+	}
 }
 
 func TestShutdownEndsKeepAliveAndStops(t *testing.T) {

@@ -95,6 +95,7 @@ type Telemetry struct {
 	locks     *LockMetrics
 	tokens    *TokenMetrics
 	keepAlive atomic.Pointer[func() int64]
+	pools     pools
 
 	shutdownOnce sync.Once
 	shutdownErr  error
@@ -168,7 +169,9 @@ func Setup(ctx context.Context, opts Options) (*Telemetry, error) {
 	meter := t.mp.Meter(scopeName, metric.WithInstrumentationVersion(opts.ServiceVersion))
 	if t.locks, err = newLockMetrics(meter); err == nil {
 		if t.tokens, err = newTokenMetrics(meter); err == nil {
-			err = t.registerKeepAliveGauge(meter)
+			if err = t.registerKeepAliveGauge(meter); err == nil {
+				err = t.registerPoolMetrics(meter)
+			}
 		}
 	}
 	if err != nil {
