@@ -7,7 +7,6 @@ import (
 	"log/slog"
 	"math/rand/v2"
 	"net"
-	"slices"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -16,7 +15,6 @@ import (
 	"github.com/redis/go-redis/v9"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/credentials/insecure"
-	"google.golang.org/protobuf/types/known/durationpb"
 
 	lockdv1 "github.com/lockd/lockd/gen/lockd/v1"
 	"github.com/lockd/lockd/internal/redislock"
@@ -123,91 +121,29 @@ func BenchmarkAcquireRelease(b *testing.B) {
 // Compared with waiters that sleep 100 ms between tries, as the classic Redis
 // lock recipes do.
 func BenchmarkHandoff(b *testing.B) {
-	for _, mode := range []string{"pubsub", "poll100ms"} {
-		b.Run("waiters=16/wake="+mode, func(b *testing.B) {
-			s := newStack(b)
-			ctx, cancel := context.WithCancel(context.Background())
-			defer cancel()
-			var (
-				mu          sync.Mutex
-				releasedAt  time.Time
-				latencies   []time.Duration
-				handoffs    atomic.Int64
-				wg          sync.WaitGroup
-				target      = int64(b.N)
-				acquireOnce = func(owner string) (*lockdv1.AcquireResponse, error) {
-					if mode == "pubsub" {
-						return s.client.Acquire(ctx, &lockdv1.AcquireRequest{Key: "handoff", Owner: owner, WaitTimeout: durationpb.New(time.Minute)})
-					}
-					// Pollers are not in step with each other.
-					time.Sleep(rand.N(100 * time.Millisecond))
-					for {
-						res, err := s.client.Acquire(ctx, &lockdv1.AcquireRequest{Key: "handoff", Owner: owner})
-						if err != nil || res.GetAcquired() {
-							return res, err
-						}
-						select {
-						case <-time.After(100 * time.Millisecond):
-						case <-ctx.Done():
-							return nil, ctx.Err()
-						}
-					}
+	b.Run("waiters=16/wake=pubsub", func(b *testing.B) {
+		s := newStack(b)
+		handoff(b, lockTarget{client: s.client, ctx: context.Background()}, "handoff", 16, nil)
+	})
+	b.Run("waiters=16/wake=poll100ms", func(b *testing.B) {
+		s := newStack(b)
+		poll := func(ctx context.Context, owner string) (*lockdv1.AcquireResponse, error) {
+			// Pollers are not in step with each other.
+			time.Sleep(rand.N(100 * time.Millisecond))
+			for {
+				res, err := s.client.Acquire(ctx, &lockdv1.AcquireRequest{Key: "handoff", Owner: owner})
+				if err != nil || res.GetAcquired() {
+					return res, err
 				}
-			)
-			b.ResetTimer()
-			for w := range 16 {
-				wg.Add(1)
-				go func() {
-					defer wg.Done()
-					owner := fmt.Sprint("waiter-", w)
-					for handoffs.Load() < target {
-						res, err := acquireOnce(owner)
-						if err != nil {
-							if ctx.Err() == nil {
-								b.Error(err)
-							}
-							return
-						}
-						got := time.Now()
-						mu.Lock()
-						if !releasedAt.IsZero() {
-							latencies = append(latencies, got.Sub(releasedAt))
-						}
-						mu.Unlock()
-						time.Sleep(2 * time.Millisecond) // the critical section
-						mine := handoffs.Add(1)
-						if mine >= target {
-							cancel() // wake the others so they stop
-						}
-						mu.Lock()
-						releasedAt = time.Now()
-						mu.Unlock()
-						if _, err := s.client.Release(context.Background(), &lockdv1.ReleaseRequest{Key: "handoff", LeaseId: res.GetLease().GetLeaseId()}); err != nil {
-							b.Error(err)
-							return
-						}
-						// Go to the back: the lock must pass to a waiter,
-						// not straight back to its last holder.
-						for handoffs.Load() == mine && ctx.Err() == nil {
-							time.Sleep(100 * time.Microsecond)
-						}
-					}
-				}()
+				select {
+				case <-time.After(100 * time.Millisecond):
+				case <-ctx.Done():
+					return nil, ctx.Err()
+				}
 			}
-			wg.Wait()
-			b.StopTimer()
-			if len(latencies) == 0 {
-				return
-			}
-			slices.Sort(latencies)
-			pct := func(p float64) float64 {
-				return float64(latencies[int(p*float64(len(latencies)-1))].Microseconds()) / 1000
-			}
-			b.ReportMetric(pct(0.50), "p50-ms")
-			b.ReportMetric(pct(0.99), "p99-ms")
-			b.ReportMetric(0, "ns/op")
-		})
-	}
+		}
+		handoff(b, lockTarget{client: s.client, ctx: context.Background()}, "handoff", 16, poll)
+	})
 }
 
 // BenchmarkKeepAliveRenewal measures one renewal through the engine.

@@ -354,16 +354,22 @@ func BenchmarkCluster(b *testing.B) {
 			// A key per run: a waiter granted just as the previous run
 			// ended may still hold the last one.
 			run++
-			handoff(b, t.lt, fmt.Sprint("handoff/", run), 16)
+			handoff(b, t.lt, fmt.Sprint("handoff/", run), 16, nil)
 		})
 	}
 }
 
-// handoff is BenchmarkHandoff's pub/sub mode on any LockService: waiters
-// want key; each holder keeps it 2 ms, releases, and goes to the back of the
-// line. The time from the start of its Release call to the next waiter's
-// grant is recorded; p50-ms and p99-ms are reported.
-func handoff(b *testing.B, t lockTarget, key string, waiters int) {
+// handoff measures handoff latency on any LockService: waiters want key;
+// each holder keeps it 2 ms, releases, and goes to the back of the line. The
+// time from the start of its Release call to the next waiter's grant is
+// recorded; p50-ms and p99-ms are reported. acquire takes the lock for an
+// owner; nil waits for it through lockd (woken by pub/sub).
+func handoff(b *testing.B, t lockTarget, key string, waiters int, acquire func(ctx context.Context, owner string) (*lockdv1.AcquireResponse, error)) {
+	if acquire == nil {
+		acquire = func(ctx context.Context, owner string) (*lockdv1.AcquireResponse, error) {
+			return t.client.Acquire(ctx, &lockdv1.AcquireRequest{Key: key, Owner: owner, WaitTimeout: durationpb.New(time.Minute)})
+		}
+	}
 	ctx, cancel := context.WithCancel(t.ctx)
 	defer cancel()
 	var (
@@ -381,7 +387,7 @@ func handoff(b *testing.B, t lockTarget, key string, waiters int) {
 			defer wg.Done()
 			owner := fmt.Sprint("waiter-", w)
 			for handoffs.Load() < target {
-				res, err := t.client.Acquire(ctx, &lockdv1.AcquireRequest{Key: key, Owner: owner, WaitTimeout: durationpb.New(time.Minute)})
+				res, err := acquire(ctx, owner)
 				if err != nil {
 					if ctx.Err() == nil {
 						b.Error(err)

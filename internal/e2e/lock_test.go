@@ -26,22 +26,36 @@ func TestTwoProcessesShareLocks(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
 
+	overlaps := contend(ctx, t, []lockdv1.LockServiceClient{la, lb}, "e2e/shared", 16, 10)
+	if overlaps != 0 {
+		t.Fatalf("%d overlapping holds across two processes", overlaps)
+	}
+	if err := a.terminate(t); err != nil {
+		t.Fatalf("lockd exit after SIGTERM: %v", err)
+	}
+	if err := b.terminate(t); err != nil {
+		t.Fatalf("lockd exit after SIGTERM: %v", err)
+	}
+}
+
+// contend has workers take turns on key through clients (round robin), each
+// rounds times, holding it a millisecond, and returns how many grants found
+// another holder still inside.
+func contend(ctx context.Context, t *testing.T, clients []lockdv1.LockServiceClient, key string, workers, rounds int) int {
+	t.Helper()
 	var (
 		mu       sync.Mutex
 		holding  int
 		overlaps int
 		wg       sync.WaitGroup
 	)
-	for w := range 16 {
+	for w := range workers {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			lc := la
-			if w%2 == 1 {
-				lc = lb
-			}
-			for range 10 {
-				res, err := lc.Acquire(ctx, &lockdv1.AcquireRequest{Key: "e2e/shared", Owner: fmt.Sprint("w", w), WaitTimeout: durationpb.New(30 * time.Second)})
+			lc := clients[w%len(clients)]
+			for range rounds {
+				res, err := lc.Acquire(ctx, &lockdv1.AcquireRequest{Key: key, Owner: fmt.Sprint("w", w), WaitTimeout: durationpb.New(30 * time.Second)})
 				if err != nil || !res.GetAcquired() {
 					t.Errorf("worker %d: %v, %v", w, res, err)
 					return
@@ -54,7 +68,7 @@ func TestTwoProcessesShareLocks(t *testing.T) {
 				mu.Lock()
 				holding--
 				mu.Unlock()
-				if _, err := lc.Release(ctx, &lockdv1.ReleaseRequest{Key: "e2e/shared", LeaseId: res.GetLease().GetLeaseId()}); err != nil {
+				if _, err := lc.Release(ctx, &lockdv1.ReleaseRequest{Key: key, LeaseId: res.GetLease().GetLeaseId()}); err != nil {
 					t.Errorf("worker %d release: %v", w, err)
 					return
 				}
@@ -62,13 +76,5 @@ func TestTwoProcessesShareLocks(t *testing.T) {
 		}()
 	}
 	wg.Wait()
-	if overlaps != 0 {
-		t.Fatalf("%d overlapping holds across two processes", overlaps)
-	}
-	if err := a.terminate(t); err != nil {
-		t.Fatalf("lockd exit after SIGTERM: %v", err)
-	}
-	if err := b.terminate(t); err != nil {
-		t.Fatalf("lockd exit after SIGTERM: %v", err)
-	}
+	return overlaps
 }

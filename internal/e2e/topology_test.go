@@ -4,13 +4,11 @@ import (
 	"context"
 	"fmt"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
-	"google.golang.org/protobuf/types/known/durationpb"
 
 	lockdv1 "github.com/lockd/lockd/gen/lockd/v1"
 	"github.com/lockd/lockd/internal/redistest"
@@ -101,38 +99,7 @@ func TestClusterThroughLockd(t *testing.T) {
 		}
 	}
 
-	var (
-		mu       sync.Mutex
-		holding  int
-		overlaps int
-		wg       sync.WaitGroup
-	)
-	for w := range 12 {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			for range 8 {
-				res, err := lc.Acquire(ctx, &lockdv1.AcquireRequest{Key: "{shared}/job", Owner: fmt.Sprint("w", w), WaitTimeout: durationpb.New(30 * time.Second)})
-				if err != nil || !res.GetAcquired() {
-					t.Errorf("worker %d: %v, %v", w, res, err)
-					return
-				}
-				mu.Lock()
-				holding++
-				overlaps += holding - 1
-				mu.Unlock()
-				time.Sleep(time.Millisecond)
-				mu.Lock()
-				holding--
-				mu.Unlock()
-				if _, err := lc.Release(ctx, &lockdv1.ReleaseRequest{Key: "{shared}/job", LeaseId: res.GetLease().GetLeaseId()}); err != nil {
-					t.Errorf("worker %d: %v", w, err)
-					return
-				}
-			}
-		}()
-	}
-	wg.Wait()
+	overlaps := contend(ctx, t, []lockdv1.LockServiceClient{lc}, "{shared}/job", 12, 8)
 	if overlaps != 0 {
 		t.Fatalf("%d overlapping holds on Cluster", overlaps)
 	}
