@@ -153,7 +153,14 @@ func TestHealthFollowsRedis(t *testing.T) {
 		t.Fatalf("/readyz = %d while serving", c)
 	}
 
-	srv.Stop()
+	// Frozen (SIGSTOP): NOT_SERVING, and back by itself once it thaws.
+	srv.Freeze()
+	waitFor(t, "NOT_SERVING while Redis is frozen", allAre(healthpb.HealthCheckResponse_NOT_SERVING))
+	srv.Thaw()
+	waitFor(t, "SERVING after Redis thaws", allAre(healthpb.HealthCheckResponse_SERVING))
+
+	// Killed (SIGKILL).
+	srv.Kill()
 	waitFor(t, "NOT_SERVING while Redis is down", allAre(healthpb.HealthCheckResponse_NOT_SERVING))
 	if c := httpStatus(t, "http://"+r.addrs.HTTP+"/readyz"); c != http.StatusServiceUnavailable {
 		t.Fatalf("/readyz = %d while Redis is down", c)

@@ -469,7 +469,7 @@ func TestRedisDownIsUnavailable(t *testing.T) {
 	if err != nil || !a.GetAcquired() {
 		t.Fatal(a, err)
 	}
-	srv.Stop()
+	srv.Kill()
 	_, err = lc.Acquire(ctx, &lockdv1.AcquireRequest{Key: "down", Owner: "b"})
 	wantCode(t, "Acquire with Redis down", err, codes.Unavailable)
 	_, err = lc.Release(ctx, &lockdv1.ReleaseRequest{Key: "down", LeaseId: a.GetLease().GetLeaseId()})
