@@ -234,13 +234,18 @@ func (s *subscriber) dispatch(sh *shard, msgs <-chan any) {
 	defer s.wg.Done()
 	for m := range msgs {
 		var channel string
-		resubscribed := false
+		resubscribed, dropped := false, false
 		switch m := m.(type) {
 		case *redis.Subscription:
-			if m.Kind != "subscribe" && m.Kind != "ssubscribe" {
+			switch m.Kind {
+			case "subscribe", "ssubscribe":
+				resubscribed = true
+			case "unsubscribe", "sunsubscribe":
+				dropped = true
+			default:
 				continue
 			}
-			channel, resubscribed = m.Channel, true
+			channel = m.Channel
 		case *redis.Message:
 			channel = m.Channel
 		default:
@@ -248,6 +253,13 @@ func (s *subscriber) dispatch(sh *shard, msgs <-chan any) {
 		}
 		s.mu.Lock()
 		if tp := sh.topics[channel]; tp != nil {
+			if dropped {
+				// lockd unsubscribes only channels it has already let go
+				// of, so Redis dropped this one (its slot moved to another
+				// node): forget it, so the next waiter subscribes where
+				// the slot lives now, and let current waiters re-check.
+				delete(sh.topics, channel)
+			}
 			if resubscribed && !tp.confirmed {
 				tp.confirmed = true
 				close(tp.ready)
