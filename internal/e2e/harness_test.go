@@ -1,8 +1,6 @@
 package e2e
 
 import (
-	"bufio"
-	"bytes"
 	"fmt"
 	"net"
 	"net/http"
@@ -16,6 +14,8 @@ import (
 
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/credentials/insecure"
+
+	"github.com/lockd/lockd/internal/testlog"
 )
 
 var (
@@ -56,7 +56,7 @@ type process struct {
 	cmd  *exec.Cmd
 	addr string
 	http string
-	logs *syncBuffer
+	logs *testlog.Buffer
 	done chan error
 }
 
@@ -66,7 +66,7 @@ type process struct {
 func startLockd(t testing.TB, env []string, args ...string) *process {
 	t.Helper()
 	bin := lockdBinary(t)
-	p := &process{addr: freeAddr(t), http: freeAddr(t), logs: &syncBuffer{}, done: make(chan error, 1)}
+	p := &process{addr: freeAddr(t), http: freeAddr(t), logs: &testlog.Buffer{}, done: make(chan error, 1)}
 	args = append([]string{"--listen=" + p.addr, "--http-listen=" + p.http}, args...)
 	p.cmd = exec.Command(bin, args...)
 	p.cmd.Env = append(os.Environ(), env...)
@@ -147,31 +147,4 @@ func freeAddr(t testing.TB) string {
 	}
 	defer l.Close()
 	return l.Addr().String()
-}
-
-type syncBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (s *syncBuffer) Write(p []byte) (int, error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.Write(p)
-}
-
-func (s *syncBuffer) String() string {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.String()
-}
-
-// lines returns the logged lines, for assertions on what was logged.
-func (s *syncBuffer) lines() []string {
-	var out []string
-	sc := bufio.NewScanner(bytes.NewReader([]byte(s.String())))
-	for sc.Scan() {
-		out = append(out, sc.Text())
-	}
-	return out
 }

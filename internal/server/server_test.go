@@ -1,7 +1,6 @@
 package server
 
 import (
-	"bytes"
 	"context"
 	"io"
 	"log/slog"
@@ -22,30 +21,13 @@ import (
 	lockdv1 "github.com/lockd/lockd/gen/lockd/v1"
 	"github.com/lockd/lockd/internal/redistest"
 	"github.com/lockd/lockd/internal/service"
+	"github.com/lockd/lockd/internal/testlog"
 )
-
-// syncBuffer collects logs written from several goroutines.
-type syncBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (s *syncBuffer) Write(p []byte) (int, error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.Write(p)
-}
-
-func (s *syncBuffer) String() string {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.String()
-}
 
 type running struct {
 	addrs Addrs
 	conn  *grpc.ClientConn
-	logs  *syncBuffer
+	logs  *testlog.Buffer
 	stop  func() error // cancels Run and returns its error
 }
 
@@ -59,7 +41,7 @@ func start(t *testing.T, cfg Config) *running {
 	if cfg.HealthInterval == 0 {
 		cfg.HealthInterval = 50 * time.Millisecond
 	}
-	logs := &syncBuffer{}
+	logs := &testlog.Buffer{}
 	cfg.Logger = slog.New(slog.NewJSONHandler(logs, &slog.HandlerOptions{Level: slog.LevelDebug}))
 	started := make(chan Addrs, 1)
 	cfg.Started = func(a Addrs) { started <- a }
@@ -297,7 +279,7 @@ func (panicky) Acquire(context.Context, *lockdv1.AcquireRequest) (*lockdv1.Acqui
 
 func TestPanicIsInternalAndServerKeepsServing(t *testing.T) {
 	t.Parallel()
-	logs := &syncBuffer{}
+	logs := &testlog.Buffer{}
 	gs := grpc.NewServer(interceptors(slog.New(slog.NewJSONHandler(logs, nil)), nil)...)
 	lockdv1.RegisterLockServiceServer(gs, panicky{})
 	lis := listen(t)
@@ -380,7 +362,7 @@ func TestWarnIfExposed(t *testing.T) {
 		{"auth and TLS need no warning", "0.0.0.0:50051", true, TLSFiles{Cert: "c", Key: "k"}, nil},
 	}
 	for _, tc := range cases {
-		logs := &syncBuffer{}
+		logs := &testlog.Buffer{}
 		warnIfExposed(slog.New(slog.NewTextHandler(logs, nil)), tc.listen, tc.authenticated, tc.tls)
 		out := logs.String()
 		if len(tc.want) == 0 && out != "" {

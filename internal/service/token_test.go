@@ -1,7 +1,6 @@
 package service_test
 
 import (
-	"bytes"
 	"context"
 	"fmt"
 	"log/slog"
@@ -23,6 +22,7 @@ import (
 	lockdv1 "github.com/lockd/lockd/gen/lockd/v1"
 	"github.com/lockd/lockd/internal/redistest"
 	"github.com/lockd/lockd/internal/service"
+	"github.com/lockd/lockd/internal/testlog"
 	"github.com/lockd/lockd/internal/token"
 	"github.com/lockd/lockd/internal/wechat"
 	"github.com/lockd/lockd/internal/wechat/wechatfake"
@@ -76,12 +76,12 @@ func newTokenFake(t *testing.T) *wechatfake.Server {
 // into one buffer.
 type tokenFleet struct {
 	clients []lockdv1.TokenServiceClient
-	logs    *lockedBuffer
+	logs    *testlog.Buffer
 }
 
 func startTokenFleet(t *testing.T, srv *redistest.Server, n int, fake *wechatfake.Server, opts token.Options) *tokenFleet {
 	t.Helper()
-	f := &tokenFleet{logs: &lockedBuffer{}}
+	f := &tokenFleet{logs: &testlog.Buffer{}}
 	log := slog.New(slog.NewJSONHandler(f.logs, &slog.HandlerOptions{Level: slog.LevelDebug}))
 	opts.Logger = log
 	var apps []token.App
@@ -364,7 +364,7 @@ func TestTokenServiceRefusesBadInput(t *testing.T) {
 
 func TestTokenServiceWithoutAppsIsNotFound(t *testing.T) {
 	t.Parallel()
-	srv := service.NewTokenServer(nil, slog.New(slog.NewTextHandler(&lockedBuffer{}, nil)))
+	srv := service.NewTokenServer(nil, slog.New(slog.NewTextHandler(&testlog.Buffer{}, nil)))
 	_, err := srv.GetAccessToken(context.Background(), &lockdv1.GetAccessTokenRequest{App: "mp"})
 	wantCode(t, "GetAccessToken without apps", err, codes.NotFound)
 }
@@ -416,21 +416,4 @@ func TestTokenRedisDownIsUnavailableWithoutAMintStormAfter(t *testing.T) {
 	if n := fake.Mints("wx-classic"); n != 1 {
 		t.Fatalf("%d mints, want 1", n)
 	}
-}
-
-type lockedBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (l *lockedBuffer) Write(p []byte) (int, error) {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.b.Write(p)
-}
-
-func (l *lockedBuffer) String() string {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.b.String()
 }

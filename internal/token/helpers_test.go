@@ -4,7 +4,6 @@ import (
 	"bytes"
 	"context"
 	"fmt"
-	"io"
 	"log/slog"
 	"net/url"
 	"strings"
@@ -15,6 +14,7 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"github.com/lockd/lockd/internal/redistest"
+	"github.com/lockd/lockd/internal/testlog"
 	"github.com/lockd/lockd/internal/token"
 	"github.com/lockd/lockd/internal/wechat"
 	"github.com/lockd/lockd/internal/wechat/wechatfake"
@@ -80,13 +80,13 @@ func apps(fake *wechatfake.Server) []token.App {
 type fleet struct {
 	brokers []*token.Broker
 	obs     *observer
-	logs    *syncBuffer
+	logs    *testlog.Buffer
 	rdb     *redis.Client
 }
 
 func newFleet(t *testing.T, srv *redistest.Server, n int, apps []token.App, opts token.Options) *fleet {
 	t.Helper()
-	f := &fleet{obs: newObserver(), logs: &syncBuffer{}, rdb: srv.Client(t)}
+	f := &fleet{obs: newObserver(), logs: &testlog.Buffer{}, rdb: srv.Client(t)}
 	opts.Observer = f.obs
 	opts.Logger = slog.New(slog.NewJSONHandler(f.logs, &slog.HandlerOptions{Level: slog.LevelDebug}))
 	for range n {
@@ -256,22 +256,3 @@ func timeout(t *testing.T, d time.Duration) context.Context {
 	t.Cleanup(cancel)
 	return ctx
 }
-
-type syncBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (s *syncBuffer) Write(p []byte) (int, error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.Write(p)
-}
-
-func (s *syncBuffer) String() string {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.String()
-}
-
-var _ io.Writer = (*syncBuffer)(nil)
