@@ -3,23 +3,17 @@ package bench
 import (
 	"context"
 	"fmt"
-	"io"
-	"log/slog"
 	"math/rand/v2"
-	"net"
 	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
 
 	"github.com/redis/go-redis/v9"
-	"google.golang.org/grpc"
-	"google.golang.org/grpc/credentials/insecure"
 
 	lockdv1 "github.com/lockd/lockd/gen/lockd/v1"
 	"github.com/lockd/lockd/internal/redislock"
 	"github.com/lockd/lockd/internal/redistest"
-	"github.com/lockd/lockd/internal/service"
 )
 
 // stack is one Redis, one lock engine on it, and a lockd LockService on a
@@ -33,23 +27,8 @@ type stack struct {
 func newStack(b *testing.B) *stack {
 	b.Helper()
 	rdb := redistest.Start(b).Client(b)
-	engine := redislock.New(rdb, redislock.Options{})
-	b.Cleanup(func() { _ = engine.Close() })
-	gs := grpc.NewServer(grpc.ForceServerCodecV2(service.Codec()),
-		grpc.UnaryInterceptor(service.UnaryInterceptor), grpc.StreamInterceptor(service.StreamInterceptor))
-	lockdv1.RegisterLockServiceServer(gs, service.NewLockServer(engine, service.DefaultLimits(), slog.New(slog.NewTextHandler(io.Discard, nil))))
-	lis, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		b.Fatal(err)
-	}
-	go func() { _ = gs.Serve(lis) }()
-	b.Cleanup(gs.Stop)
-	conn, err := grpc.NewClient(lis.Addr().String(), grpc.WithTransportCredentials(insecure.NewCredentials()))
-	if err != nil {
-		b.Fatal(err)
-	}
-	b.Cleanup(func() { _ = conn.Close() })
-	return &stack{rdb: rdb, engine: engine, client: lockdv1.NewLockServiceClient(conn)}
+	engine, t := newBareServer(b, rdb)
+	return &stack{rdb: rdb, engine: engine, client: t.client}
 }
 
 // parallel runs b.N calls of op spread over conc goroutines, each with its

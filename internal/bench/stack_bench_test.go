@@ -49,10 +49,10 @@ type lockTarget struct {
 	ctx    context.Context
 }
 
-// newBareServer serves a bare LockService, exactly as newStack does (codec
-// and UTF-8 interceptor, nothing else), on an engine over rdb, which may be
-// a single Redis or a Cluster client.
-func newBareServer(b *testing.B, rdb redis.UniversalClient) lockTarget {
+// newBareServer serves a bare LockService (codec and UTF-8 interceptor,
+// nothing else) on an engine over rdb, which may be a single Redis or a
+// Cluster client, and returns the engine and a client of the service.
+func newBareServer(b *testing.B, rdb redis.UniversalClient) (*redislock.Client, lockTarget) {
 	b.Helper()
 	engine := redislock.New(rdb, redislock.Options{})
 	b.Cleanup(func() { _ = engine.Close() })
@@ -65,7 +65,7 @@ func newBareServer(b *testing.B, rdb redis.UniversalClient) lockTarget {
 	}
 	go func() { _ = gs.Serve(lis) }()
 	b.Cleanup(gs.Stop)
-	return lockTarget{client: dialLocks(b, lis.Addr().String()), ctx: context.Background()}
+	return engine, lockTarget{client: dialLocks(b, lis.Addr().String()), ctx: context.Background()}
 }
 
 func dialLocks(b *testing.B, addr string) lockdv1.LockServiceClient {
@@ -289,7 +289,7 @@ func processCPU() time.Duration {
 // collector (the SDK drops spans when its export queue is full).
 func BenchmarkStack(b *testing.B) {
 	srv := redistest.Start(b)
-	bare := newBareServer(b, srv.Client(b))
+	_, bare := newBareServer(b, srv.Client(b))
 	for _, k := range otelEnv {
 		b.Setenv(k, "")
 	}
@@ -338,8 +338,8 @@ func BenchmarkStack(b *testing.B) {
 // the single server, SPUBLISH on the Cluster). All Redis processes share the
 // machine's cores with lockd and the load generator.
 func BenchmarkCluster(b *testing.B) {
-	single := newBareServer(b, redistest.Start(b).Client(b))
-	cluster := newBareServer(b, redistest.StartCluster(b, 3).ClusterClient(b))
+	_, single := newBareServer(b, redistest.Start(b).Client(b))
+	_, cluster := newBareServer(b, redistest.StartCluster(b, 3).ClusterClient(b))
 	for _, conc := range []int{16, 64} {
 		b.Run(fmt.Sprintf("op=pairs/redis=cluster/conc=%d", conc), func(b *testing.B) {
 			interleaved(b, conc, cluster, single, "cluster", "single")
