@@ -1,7 +1,11 @@
 package main
 
 import (
+	"errors"
+	"flag"
 	"io"
+	"os"
+	"regexp"
 	"strings"
 	"testing"
 	"time"
@@ -72,5 +76,31 @@ func TestParseFlags(t *testing.T) {
 			}
 			tc.check(t, cfg.Listen, cfg.Redis, cfg.Reflection, cfg.Limits.MaxTTL)
 		})
+	}
+}
+
+// TestEveryFlagIsInTheReadme keeps the README's flag table in step with the
+// flags lockd takes.
+func TestEveryFlagIsInTheReadme(t *testing.T) {
+	t.Parallel()
+	readme, err := os.ReadFile("../../README.md")
+	if err != nil {
+		t.Fatal(err)
+	}
+	// parseFlags defines lockd's flags on its own set; list them through
+	// -help's output.
+	var out strings.Builder
+	_, _, err = parseFlags([]string{"-help"}, env(), &out)
+	if !errors.Is(err, flag.ErrHelp) {
+		t.Fatalf("-help: %v", err)
+	}
+	names := regexp.MustCompile(`(?m)^  -([a-z-]+)`).FindAllStringSubmatch(out.String(), -1)
+	if len(names) < 10 {
+		t.Fatalf("found only %d flags in -help output:\n%s", len(names), out.String())
+	}
+	for _, m := range names {
+		if !strings.Contains(string(readme), "`--"+m[1]+"`") {
+			t.Errorf("flag --%s has no line in README.md", m[1])
+		}
 	}
 }
