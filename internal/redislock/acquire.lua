@@ -34,10 +34,9 @@ local function remaining(id)
   return math.max(1, tonumber(score) - now_ms)
 end
 
-local function grant_existing(id, l)
-  l.count = l.count + 1
-  l.ttl = ttl
-  put_lease(id, l)
+-- hold starts the lease's ttl now, takes this call out of the writers'
+-- queue, remembers its request id and replies with the lease.
+local function hold(id, l)
   redis.call('ZADD', holders, num(now_ms + ttl), id)
   redis.call('ZREM', writers, waiter)
   if request then
@@ -45,6 +44,13 @@ local function grant_existing(id, l)
   end
   tidy()
   return lease_reply(1, id, l)
+end
+
+local function grant_existing(id, l)
+  l.count = l.count + 1
+  l.ttl = ttl
+  put_lease(id, l)
+  return hold(id, l)
 end
 
 -- A retried request whose lease is still held gets it back unchanged, as
@@ -108,10 +114,4 @@ redis.call('HSET', state, 'fence', num(token), 'l:' .. new_id, encode(l), 'o:' .
 if mode == 'w' then
   redis.call('HSET', state, 'wl', new_id)
 end
-redis.call('ZADD', holders, num(now_ms + ttl), new_id)
-redis.call('ZREM', writers, waiter)
-if request then
-  redis.call('SET', request, new_id, 'PX', num(ttl))
-end
-tidy()
-return lease_reply(1, new_id, l)
+return hold(new_id, l)
