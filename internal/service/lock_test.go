@@ -39,10 +39,20 @@ func startInstance(t *testing.T, rdb redis.UniversalClient, limits service.Limit
 	t.Helper()
 	engine := redislock.New(rdb, redislock.Options{})
 	srv := service.NewLockServer(engine, limits, slog.New(slog.NewTextHandler(io.Discard, nil)))
+	t.Cleanup(func() { _ = engine.Close() })
+	conn := serve(t, func(gs *grpc.Server) { lockdv1.RegisterLockServiceServer(gs, srv) })
+	return instance{conn: conn, client: lockdv1.NewLockServiceClient(conn), server: srv}
+}
+
+// serve runs a gRPC server with lockd's codec and UTF-8 interceptors over
+// bufconn, with the services register adds, and returns a client
+// connection; both end with the test, before cleanups registered earlier.
+func serve(t *testing.T, register func(*grpc.Server)) *grpc.ClientConn {
+	t.Helper()
 	lis := bufconn.Listen(1 << 20)
 	gs := grpc.NewServer(grpc.ForceServerCodecV2(service.Codec()),
 		grpc.UnaryInterceptor(service.UnaryInterceptor), grpc.StreamInterceptor(service.StreamInterceptor))
-	lockdv1.RegisterLockServiceServer(gs, srv)
+	register(gs)
 	go func() { _ = gs.Serve(lis) }()
 	conn, err := grpc.NewClient("passthrough:///bufnet",
 		grpc.WithContextDialer(func(ctx context.Context, _ string) (net.Conn, error) { return lis.DialContext(ctx) }),
@@ -53,9 +63,8 @@ func startInstance(t *testing.T, rdb redis.UniversalClient, limits service.Limit
 	t.Cleanup(func() {
 		_ = conn.Close()
 		gs.Stop()
-		_ = engine.Close()
 	})
-	return instance{conn: conn, client: lockdv1.NewLockServiceClient(conn), server: srv}
+	return conn
 }
 
 // eachStore runs fn against a real redis-server and the embedded store.

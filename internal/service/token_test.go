@@ -4,7 +4,6 @@ import (
 	"context"
 	"fmt"
 	"log/slog"
-	"net"
 	"net/url"
 	"strings"
 	"sync"
@@ -15,9 +14,7 @@ import (
 	"google.golang.org/genproto/googleapis/rpc/errdetails"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
-	"google.golang.org/grpc/credentials/insecure"
 	"google.golang.org/grpc/status"
-	"google.golang.org/grpc/test/bufconn"
 
 	lockdv1 "github.com/lockd/lockd/gen/lockd/v1"
 	"github.com/lockd/lockd/internal/redistest"
@@ -93,21 +90,8 @@ func startTokenFleet(t *testing.T, srv *redistest.Server, n int, fake *wechatfak
 		if err != nil {
 			t.Fatal(err)
 		}
-		lis := bufconn.Listen(1 << 20)
-		gs := grpc.NewServer(grpc.ForceServerCodecV2(service.Codec()), grpc.UnaryInterceptor(service.UnaryInterceptor))
-		lockdv1.RegisterTokenServiceServer(gs, service.NewTokenServer(broker, log))
-		go func() { _ = gs.Serve(lis) }()
-		conn, err := grpc.NewClient("passthrough:///bufnet",
-			grpc.WithContextDialer(func(ctx context.Context, _ string) (net.Conn, error) { return lis.DialContext(ctx) }),
-			grpc.WithTransportCredentials(insecure.NewCredentials()))
-		if err != nil {
-			t.Fatal(err)
-		}
-		t.Cleanup(func() {
-			_ = conn.Close()
-			gs.Stop()
-			_ = broker.Close()
-		})
+		t.Cleanup(func() { _ = broker.Close() })
+		conn := serve(t, func(gs *grpc.Server) { lockdv1.RegisterTokenServiceServer(gs, service.NewTokenServer(broker, log)) })
 		f.clients = append(f.clients, lockdv1.NewTokenServiceClient(conn))
 	}
 	return f
