@@ -4,9 +4,17 @@ SHELL := bash
 MAKEFLAGS += --no-print-directory
 
 GO ?= go
-# Packages Debian must provide for the tests: real Redis servers and
-# docker-compose (to check docker-compose.yml).
-APT_PACKAGES := redis-server redis-tools docker-compose
+# Packages Debian must provide for the tests: real Redis servers,
+# docker-compose (to check docker-compose.yml) and curl (the README's
+# HTTP/JSON examples).
+APT_PACKAGES := redis-server redis-tools docker-compose curl
+# Debian packages the Java client builds and tests with: grpc-java and
+# protobuf jars, protoc with the grpc-java plugin, JUnit 5 (and openssl for
+# the TLS tests). Maven Central is out of reach; see clients/java/README.md.
+JAVA_APT_PACKAGES := protobuf-compiler protobuf-compiler-grpc-java-plugin libprotobuf-dev \
+  libgrpc-java libprotobuf-java libgoogle-common-protos-java libguava-java libnetty-java \
+  libperfmark-java libgoogle-gson-java libjsr305-java libgeronimo-annotation-1.3-spec-java \
+  junit5 openssl
 
 .PHONY: help
 help: ## List the targets.
@@ -19,13 +27,51 @@ run: ## Run lockd on its embedded store (127.0.0.1:50051), ready for grpcurl.
 .PHONY: test
 test: deps lint ## Install what is missing, then run every test (with -race) against real Redis.
 	$(GO) test -race -count=1 -timeout 20m ./...
+	@$(MAKE) test-java test-node
+
+.PHONY: test-java
+test-java: java-deps .bin/lockd .bin/wechat-fake ## Build the Java client and run its tests against lockd processes.
+	LOCKD_BIN=$(CURDIR)/.bin/lockd WECHAT_FAKE_BIN=$(CURDIR)/.bin/wechat-fake clients/java/build.sh test
+
+.PHONY: test-node
+test-node: node-deps .bin/lockd .bin/wechat-fake ## Run the Node client's tests against lockd processes.
+	cd clients/node && LOCKD_BIN=$(CURDIR)/.bin/lockd WECHAT_FAKE_BIN=$(CURDIR)/.bin/wechat-fake npm test
+
+# The client tests run these binaries as processes; go build is a no-op when
+# nothing changed.
+.PHONY: .bin/lockd .bin/wechat-fake
+.bin/lockd .bin/wechat-fake:
+	$(GO) build -o $@ ./cmd/$(notdir $@)
+
+.PHONY: java-deps
+java-deps: deps ## Install the Debian packages the Java client needs when missing.
+	@missing=(); \
+	command -v javac >/dev/null || missing+=(openjdk-17-jdk-headless); \
+	for p in $(JAVA_APT_PACKAGES); do dpkg -s "$$p" >/dev/null 2>&1 || missing+=("$$p"); done; \
+	if (( $${#missing[@]} )); then \
+	  echo "installing $${missing[*]} from Debian"; \
+	  sudo=; [ "$$(id -u)" = 0 ] || sudo=sudo; \
+	  $$sudo apt-get update -qq; \
+	  DEBIAN_FRONTEND=noninteractive $$sudo apt-get install -y -qq --no-install-recommends "$${missing[@]}" >/dev/null; \
+	fi
+
+.PHONY: node-deps
+node-deps: deps ## Install the Node client's packages (npm ci, from package-lock.json).
+	@if ! command -v npm >/dev/null; then \
+	  echo "installing nodejs npm from Debian"; \
+	  sudo=; [ "$$(id -u)" = 0 ] || sudo=sudo; \
+	  $$sudo apt-get update -qq; \
+	  DEBIAN_FRONTEND=noninteractive $$sudo apt-get install -y -qq --no-install-recommends nodejs npm >/dev/null; \
+	fi
+	cd clients/node && npm ci --no-audit --no-fund
 
 .PHONY: deps
-deps: ## Install redis-server and docker-compose from Debian when missing.
+deps: ## Install redis-server, docker-compose and curl from Debian when missing.
 	@missing=(); \
 	command -v redis-server >/dev/null || missing+=(redis-server); \
 	command -v redis-cli >/dev/null || missing+=(redis-tools); \
 	command -v docker-compose >/dev/null || missing+=(docker-compose); \
+	command -v curl >/dev/null || missing+=(curl); \
 	if (( $${#missing[@]} )); then \
 	  echo "installing $${missing[*]} from Debian"; \
 	  sudo=; [ "$$(id -u)" = 0 ] || sudo=sudo; \
@@ -54,8 +100,26 @@ checkgenerate: generate
 	  echo "gen/ is stale: run make generate and commit"; git status --porcelain -- gen; exit 1; fi
 
 .PHONY: bench
-bench: deps ## Run the benchmarks and write BENCHMARKS.md.
+bench: deps bench-deps ## Run the benchmarks (lockd beside etcd) and write BENCHMARKS.md; BENCH_LONG=1 adds the runs that take minutes.
 	./scripts/bench.sh
+
+.PHONY: bench-deps
+bench-deps: ## Install etcd-server from Debian when missing: the benchmarks compare lockd with it.
+	@if ! command -v etcd >/dev/null; then \
+	  echo "installing etcd-server from Debian"; \
+	  sudo=; [ "$$(id -u)" = 0 ] || sudo=sudo; \
+	  $$sudo apt-get update -qq; \
+	  DEBIAN_FRONTEND=noninteractive $$sudo apt-get install -y -qq --no-install-recommends etcd-server >/dev/null; \
+	fi
+	@etcd --version | awk 'NR == 1'
+
+.PHONY: faults
+faults: deps ## Run the fault-injection suite and write FAULTS.md.
+	./scripts/faults.sh
+
+.PHONY: chaos
+chaos: deps ## Run the longer, heavier fault-injection suite and write FAULTS.md.
+	LOCKD_FAULTS=chaos ./scripts/faults.sh
 
 .PHONY: fuzz
 fuzz: ## Fuzz key validation and config parsing, a minute each.

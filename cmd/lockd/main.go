@@ -1,5 +1,7 @@
 // Command lockd serves distributed locks and fleet-wide access tokens over
-// gRPC. See the README for flags and examples.
+// gRPC (lockd, or lockd serve); lockd lock runs a command while holding a
+// lock, and lockd token prints an app's access_token. See the README for
+// flags and examples.
 package main
 
 import (
@@ -13,6 +15,7 @@ import (
 	"os/signal"
 	"strings"
 	"syscall"
+	"time"
 
 	"github.com/lockd/lockd/internal/config"
 	"github.com/lockd/lockd/internal/server"
@@ -23,9 +26,25 @@ import (
 var version = "dev"
 
 func main() {
+	code, ok, args := clientCommand(os.Args[1:])
+	if ok {
+		os.Exit(code)
+	}
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
-	if err := run(ctx, os.Args[1:], os.Getenv, os.Stderr); err != nil {
+	// SIGHUP reloads the configuration file instead of ending lockd.
+	hup := make(chan os.Signal, 1)
+	signal.Notify(hup, syscall.SIGHUP)
+	reloads := make(chan struct{}, 1)
+	go func() {
+		for range hup {
+			select {
+			case reloads <- struct{}{}:
+			default: // a reload is pending already
+			}
+		}
+	}()
+	if err := run(ctx, args, os.Getenv, os.Stderr, reloads); err != nil {
 		if !errors.Is(err, flag.ErrHelp) {
 			fmt.Fprintln(os.Stderr, "lockd:", err)
 		}
@@ -35,25 +54,35 @@ func main() {
 
 // run parses flags (each also settable as LOCKD_<UPPER_SNAKE_NAME>; flags win
 // over the environment) and serves until ctx ends.
-func run(ctx context.Context, args []string, getenv func(string) string, stderr io.Writer) error {
+func run(ctx context.Context, args []string, getenv func(string) string, stderr io.Writer, reloads <-chan struct{}) error {
 	cfg, level, err := parseFlags(args, getenv, stderr)
 	if err != nil {
 		return err
 	}
 	cfg.Logger = slog.New(slog.NewJSONHandler(stderr, &slog.HandlerOptions{Level: level}))
+	cfg.Stderr = stderr
+	cfg.Reload = reloads
 	return server.Run(ctx, cfg)
 }
 
 func parseFlags(args []string, getenv func(string) string, stderr io.Writer) (server.Config, slog.Level, error) {
-	cfg := server.Config{Limits: service.DefaultLimits(), Version: version}
+	cfg := server.Config{Limits: service.DefaultLimits(), Transport: server.DefaultTransport(), Version: version}
 	var level slog.Level
 	fs := flag.NewFlagSet("lockd", flag.ContinueOnError)
 	fs.SetOutput(stderr)
 	fs.StringVar(&cfg.Listen, "listen", "127.0.0.1:50051", "gRPC address")
 	fs.StringVar(&cfg.HTTPListen, "http-listen", "127.0.0.1:9464", "address for /metrics, /healthz and /readyz; empty turns it off")
+	fs.StringVar(&cfg.GatewayListen, "gateway-listen", "", "address of the HTTP/JSON gateway (same services, auth and TLS as gRPC); empty = off")
+	var gatewayHosts string
+	fs.StringVar(&gatewayHosts, "gateway-hosts", "", "comma list of host names the gateway answers to without auth and TLS, besides IP addresses and localhost")
 	fs.StringVar(&cfg.Redis, "redis", "", "redis:// or rediss:// URL, or a comma list of host:port (more than one = Cluster); empty = embedded store")
 	fs.BoolVar(&cfg.RedisCluster, "redis-cluster", false, "force Redis Cluster mode for a single seed address")
 	fs.StringVar(&cfg.RedisMaster, "redis-master", "", "Sentinel master name (then --redis lists sentinels)")
+	fs.BoolVar(&cfg.RedisAllowEviction, "redis-allow-eviction", false, "start even though Redis's maxmemory-policy may evict lock keys (warns)")
+	fs.DurationVar(&cfg.DataLossGrace, "data-loss-grace", time.Minute, "most that new grants pause after Redis lost its data; 0 turns the watch off")
+	fs.IntVar(&cfg.RedisWaitReplicas, "redis-wait-replicas", 0, "confirm every grant and renewal on this many replicas (Redis WAIT); 0 = off")
+	fs.StringVar(&cfg.RedisPasswordFile, "redis-password-file", "", "file holding the Redis password (or set LOCKD_REDIS_PASSWORD), so that it need not be in --redis")
+	fs.StringVar(&cfg.Namespace, "namespace", "lockd", "prefix of every Redis key and channel, so that deployments can share one Redis")
 	fs.BoolVar(&cfg.Reflection, "reflection", true, "serve gRPC server reflection")
 	var configPath string
 	fs.StringVar(&configPath, "config", "", "YAML file: apps and auth (see the README)")
@@ -64,9 +93,25 @@ func parseFlags(args []string, getenv func(string) string, stderr io.Writer) (se
 	fs.DurationVar(&cfg.Limits.MinTTL, "min-ttl", cfg.Limits.MinTTL, "shortest ttl a request may ask for")
 	fs.DurationVar(&cfg.Limits.MaxTTL, "max-ttl", cfg.Limits.MaxTTL, "longest ttl a request may ask for")
 	fs.DurationVar(&cfg.Limits.MaxWait, "max-wait", cfg.Limits.MaxWait, "longest wait_timeout a request may ask for")
-	fs.IntVar(&cfg.Limits.MaxWaiters, "max-waiters", 10000, "calls waiting for a lock at once on this replica; 0 = no limit")
-	fs.IntVar(&cfg.Limits.MaxKeepAlives, "max-keepalives", 20000, "KeepAlive streams open at once on this replica; 0 = no limit")
+	fs.IntVar(&cfg.Limits.MaxWaiters, "max-waiters", 10000, "calls waiting for a lock, a permit or an election at once on this replica; 0 = no limit")
+	fs.IntVar(&cfg.Limits.MaxKeepAlives, "max-keepalives", 20000, "KeepAlive, Hold, Campaign and Observe streams open at once on this replica; 0 = no limit")
 	fs.DurationVar(&cfg.ShutdownTimeout, "shutdown-timeout", 10e9, "how long in-flight calls may drain on SIGTERM")
+	fs.DurationVar(&cfg.TokenIdleAfter, "token-idle-after", 3*time.Hour, "stop renewing an app's token (and tickets) ahead when nobody asked for it this long")
+	t := &cfg.Transport
+	fs.DurationVar(&t.KeepAliveTime, "keepalive-time", t.KeepAliveTime, "ping a connection idle this long, to notice clients that vanished")
+	fs.DurationVar(&t.KeepAliveTimeout, "keepalive-timeout", t.KeepAliveTimeout, "drop a connection whose ping goes unanswered this long; its calls end as if closed")
+	fs.DurationVar(&t.KeepAliveMinTime, "keepalive-min-time", t.KeepAliveMinTime, "shortest ping interval a client may use; clients pinging more often are disconnected")
+	fs.IntVar(&t.MaxConnections, "max-connections", t.MaxConnections, "connections open at once on each listener (gRPC, gateway, HTTP port); more wait to be accepted (0 = no limit)")
+	var streams uint
+	fs.UintVar(&streams, "max-concurrent-streams", uint(t.MaxConcurrentStreams), "calls open at once on one connection; more are refused")
+	var headerBytes uint
+	fs.UintVar(&headerBytes, "max-header-bytes", uint(t.MaxHeaderBytes), "largest request header list a call may send")
+	fs.IntVar(&t.MaxHealthStreams, "max-health-streams", t.MaxHealthStreams, "health calls (open without a token) open at once on this replica (0 = no limit)")
+	fs.DurationVar(&t.MaxConnectionIdle, "max-connection-idle", t.MaxConnectionIdle, "close a connection without calls for this long (0 = never)")
+	fs.DurationVar(&t.MaxConnectionAge, "max-connection-age", t.MaxConnectionAge, "ask clients to reconnect after this long, to spread load over replicas (0 = never)")
+	fs.DurationVar(&t.MaxConnectionAgeGrace, "max-connection-age-grace", t.MaxConnectionAgeGrace, "how long calls may go on after --max-connection-age (0 = until they end)")
+	fs.StringVar(&cfg.AuditLog, "audit-log", "", "write the audit log (who took and released which key) to this file, or - for stderr; empty = off")
+	fs.TextVar(&cfg.AuditLevel, "audit-level", slog.LevelInfo, "audit log level: INFO (takes and releases) or WARN (force-releases only)")
 	fs.TextVar(&level, "log-level", slog.LevelInfo, "log level: DEBUG, INFO, WARN or ERROR")
 
 	// The environment sets defaults; the command line overrides them.
@@ -88,8 +133,25 @@ func parseFlags(args []string, getenv func(string) string, stderr io.Writer) (se
 	if fs.NArg() > 0 {
 		return cfg, level, fmt.Errorf("unexpected arguments: %q", fs.Args())
 	}
+	if streams > 1<<31 || headerBytes > 1<<31 {
+		return cfg, level, errors.New("--max-concurrent-streams and --max-header-bytes must be below 2^31")
+	}
+	t.MaxConcurrentStreams, t.MaxHeaderBytes = uint32(streams), uint32(headerBytes)
+	if err := t.Validate(); err != nil {
+		return cfg, level, err
+	}
+	hosts, err := hostList(gatewayHosts)
+	if err != nil {
+		return cfg, level, err
+	}
+	cfg.GatewayHosts = hosts
+	// Not a flag: a password on the command line shows in ps.
+	cfg.RedisPassword = getenv("LOCKD_REDIS_PASSWORD")
 	if err := cfg.Limits.Validate(); err != nil {
 		return cfg, level, err
+	}
+	if cfg.DataLossGrace < 0 || cfg.RedisWaitReplicas < 0 {
+		return cfg, level, fmt.Errorf("--data-loss-grace and --redis-wait-replicas must not be negative")
 	}
 	if configPath != "" {
 		// Secrets come from the same environment as the flags.
@@ -99,6 +161,23 @@ func parseFlags(args []string, getenv func(string) string, stderr io.Writer) (se
 			return cfg, level, err
 		}
 		cfg.File = f
+		cfg.LoadConfig = func() (*config.Config, error) { return config.Load(configPath, lookup) }
 	}
 	return cfg, level, nil
+}
+
+// hostList splits a comma list of host names (--gateway-hosts).
+func hostList(list string) ([]string, error) {
+	var hosts []string
+	for _, h := range strings.Split(list, ",") {
+		h = strings.TrimSpace(h)
+		if h == "" {
+			continue
+		}
+		if strings.ContainsAny(h, ":/ ") {
+			return nil, fmt.Errorf("--gateway-hosts: %q is not a host name (no scheme, port or path)", h)
+		}
+		hosts = append(hosts, h)
+	}
+	return hosts, nil
 }

@@ -6,6 +6,7 @@ import (
 	"io"
 	"os"
 	"regexp"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -94,13 +95,45 @@ func TestEveryFlagIsInTheReadme(t *testing.T) {
 	if !errors.Is(err, flag.ErrHelp) {
 		t.Fatalf("-help: %v", err)
 	}
-	names := regexp.MustCompile(`(?m)^  -([a-z-]+)`).FindAllStringSubmatch(out.String(), -1)
-	if len(names) < 10 {
-		t.Fatalf("found only %d flags in -help output:\n%s", len(names), out.String())
-	}
-	for _, m := range names {
-		if !strings.Contains(string(readme), "`--"+m[1]+"`") {
-			t.Errorf("flag --%s has no line in README.md", m[1])
+	for _, name := range helpFlags(t, out.String()) {
+		if !strings.Contains(string(readme), "`--"+name+"`") {
+			t.Errorf("flag --%s has no line in README.md", name)
 		}
 	}
+}
+
+func TestParseSecurityFlags(t *testing.T) {
+	t.Parallel()
+	cfg, _, err := parseFlags([]string{"--namespace=team-a", "--keepalive-time=20s", "--max-concurrent-streams=50", "--audit-log=-"},
+		env("LOCKD_REDIS_PASSWORD", "pw", "LOCKD_MAX_CONNECTIONS", "7", "LOCKD_AUDIT_LEVEL", "WARN"), io.Discard)
+	if err != nil {
+		t.Fatal(err)
+	}
+	tr := cfg.Transport
+	if cfg.Namespace != "team-a" || cfg.RedisPassword != "pw" || tr.KeepAliveTime != 20*time.Second || tr.KeepAliveTimeout != 5*time.Second ||
+		tr.MaxConcurrentStreams != 50 || tr.MaxConnections != 7 || tr.MaxHeaderBytes != 16<<10 || cfg.AuditLog != "-" || cfg.AuditLevel.String() != "WARN" {
+		t.Fatalf("parsed %+v", cfg)
+	}
+	gw, _, err := parseFlags([]string{"--gateway-hosts=lockd.internal, lockd"}, env(), io.Discard)
+	if err != nil || !slices.Equal(gw.GatewayHosts, []string{"lockd.internal", "lockd"}) {
+		t.Fatalf("--gateway-hosts: %q, %v", gw.GatewayHosts, err)
+	}
+	for _, args := range [][]string{{"--keepalive-time=100ms"}, {"--max-header-bytes=10"}, {"--max-concurrent-streams=4294967296"}, {"--max-connections=-1"}, {"--gateway-hosts=http://lockd:8080"}} {
+		if _, _, err := parseFlags(args, env(), io.Discard); err == nil {
+			t.Errorf("%v accepted", args)
+		}
+	}
+}
+
+// helpFlags lists the flags a flag set's -help output names.
+func helpFlags(t *testing.T, help string) []string {
+	t.Helper()
+	var names []string
+	for _, m := range regexp.MustCompile(`(?m)^  -([a-z-]+)`).FindAllStringSubmatch(help, -1) {
+		names = append(names, m[1])
+	}
+	if len(names) < 10 {
+		t.Fatalf("found only %d flags in -help output:\n%s", len(names), help)
+	}
+	return names
 }

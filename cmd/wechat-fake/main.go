@@ -4,7 +4,8 @@
 //	go run ./cmd/wechat-fake --app wx1234:app-secret --corp ww5678:corp-secret
 //
 // then point an app's api_base at http://127.0.0.1:9480. Tokens can be
-// checked with GET /cgi-bin/get_api_domain_ip?access_token=TOKEN.
+// checked with GET /cgi-bin/getcallbackip?access_token=TOKEN; JS-SDK tickets
+// are served too (see package wechatfake).
 package main
 
 import (
@@ -55,8 +56,12 @@ func run(ctx context.Context, args []string) error {
 	fs.Var(pairs(opts.Corps), "corp", "WeCom `corpid:corpsecret` (repeatable)")
 	fs.DurationVar(&opts.ExpiresIn, "expires-in", 7200*time.Second, "lifetime of new tokens")
 	fs.IntVar(&opts.DailyQuota, "daily-quota", 2000, "tokens per app per day (classic, WeCom); negative: unlimited")
+	roundUp := fs.Bool("round-up", false, "announce the life left of a token handed out again rounded up (default: down, so its last second is expires_in 0)")
 	if err := fs.Parse(args); err != nil {
 		return err
+	}
+	if *roundUp {
+		opts.Rounding = wechatfake.RoundUp
 	}
 	if len(opts.Apps)+len(opts.Corps) == 0 {
 		return errors.New("no apps: pass --app appid:secret or --corp corpid:corpsecret")

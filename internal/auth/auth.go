@@ -1,7 +1,15 @@
 // Package auth lets in only the clients lockd knows: each presents a bearer
 // token ("authorization: Bearer <token>"), compared in constant time, and
-// may lock only keys under its prefixes and read only its apps' tokens.
+// may lock only keys (and take part only in elections) under its prefixes
+// and read only its apps' tokens.
 // Health checks stay open.
+//
+// Tokens are checked when a stream's headers arrive (TapHandle), before
+// the stream costs lockd a goroutine or a byte of its message; the
+// interceptors then check each request against the client's ACLs. Handlers
+// learn who called with FromContext. The client list can be replaced while
+// lockd runs (Replace), so a configuration reload rotates tokens live, and
+// calls under way that the new list would refuse end then (follow.go).
 package auth
 
 import (
@@ -11,6 +19,8 @@ import (
 	"errors"
 	"fmt"
 	"strings"
+	"sync/atomic"
+	"unicode"
 
 	"github.com/grpc-ecosystem/go-grpc-middleware/v2/interceptors"
 	grpcauth "github.com/grpc-ecosystem/go-grpc-middleware/v2/interceptors/auth"
@@ -19,7 +29,35 @@ import (
 	"google.golang.org/grpc/codes"
 	healthpb "google.golang.org/grpc/health/grpc_health_v1"
 	"google.golang.org/grpc/status"
+	"google.golang.org/grpc/tap"
+
+	"github.com/lockd/lockd/internal/redislock"
+	"github.com/lockd/lockd/internal/safetext"
 )
+
+// Limits bound what one client may hold on one replica at once, so that one
+// team cannot exhaust a replica for the others. Zero means no bound of the
+// client's own (the replica-wide limits still apply).
+type Limits struct {
+	// Waiters bounds the client's lock calls waiting for a busy key.
+	Waiters int
+	// KeepAlives bounds the client's open KeepAlive streams.
+	KeepAlives int
+	// RefreshesPerHour bounds the client's RefreshAccessToken calls that
+	// may lead to a mint, per app and hour.
+	RefreshesPerHour int
+}
+
+// Identity is an authenticated caller, as handlers see it.
+type Identity struct {
+	// Name is the client's name from the configuration; it appears in
+	// logs, never its token.
+	Name string
+	// Limits are the client's own limits.
+	Limits Limits
+	// Admin allows the administrative calls.
+	Admin bool
+}
 
 // Client is one caller lockd lets in.
 type Client struct {
@@ -31,152 +69,368 @@ type Client struct {
 	Locks []string
 	// Apps are the apps whose access tokens it may read.
 	Apps []string
+	// Limits are the client's own limits.
+	Limits Limits
+	// Admin allows the administrative calls.
+	Admin bool
 }
 
 // ErrNoClients is returned by New for an empty client list: auth that lets
 // nobody in is a configuration mistake.
 var ErrNoClients = errors.New("auth: no clients configured")
 
-// Authenticator checks bearer tokens and ACLs.
+// The reasons a call is refused, as told to the OnRefused callback.
+const (
+	// ReasonMissing: no authorization header, or not "Bearer <token>".
+	ReasonMissing = "missing_token"
+	// ReasonUnknown: a bearer token no client has.
+	ReasonUnknown = "unknown_token"
+	// ReasonDenied: a known client asked for a key or app outside its
+	// lists, or for a call it may not make.
+	ReasonDenied = "permission_denied"
+	// ReasonRevoked: a call under way that a reload of the client list
+	// ended (see Replace).
+	ReasonRevoked = "revoked"
+)
+
+// Option tunes an Authenticator.
+type Option func(*Authenticator)
+
+// OnRefused sets a function told the reason (ReasonMissing, ReasonUnknown,
+// ReasonDenied, ReasonRevoked) of every refused call; it must be fast and safe for
+// concurrent use.
+func OnRefused(f func(reason string)) Option {
+	return func(a *Authenticator) { a.refused = f }
+}
+
+// Authenticator checks bearer tokens and ACLs. A nil or open Authenticator
+// lets every call in.
 type Authenticator struct {
+	clients atomic.Pointer[clientSet] // nil: authentication off
+	// epoch ends when Replace puts another client list in force; calls
+	// under way then check they are still allowed (see follow).
+	epoch   atomic.Pointer[epoch]
+	refused func(reason string)
+}
+
+type clientSet struct {
 	clients []client
 }
 
 type client struct {
-	name  string
+	id    Identity
 	hash  [sha256.Size]byte
 	locks []string
 	apps  map[string]bool
+	set   *clientSet // the list it came with
 }
 
 // New returns an Authenticator for clients. Every client needs a name and a
-// non-empty token, and no two may share a token.
-func New(clients []Client) (*Authenticator, error) {
+// non-empty token, and no two may share a token or a name.
+func New(clients []Client, opts ...Option) (*Authenticator, error) {
 	if len(clients) == 0 {
 		return nil, ErrNoClients
 	}
-	a := &Authenticator{}
-	seen := map[[sha256.Size]byte]string{}
-	for i, c := range clients {
-		if c.Name == "" {
-			return nil, fmt.Errorf("auth: client %d: name must not be empty", i)
-		}
-		if c.Token == "" {
-			return nil, fmt.Errorf("auth: client %q: token must not be empty", c.Name)
-		}
-		h := sha256.Sum256([]byte(c.Token))
-		if other, dup := seen[h]; dup {
-			return nil, fmt.Errorf("auth: clients %q and %q share a token", other, c.Name)
-		}
-		seen[h] = c.Name
-		apps := map[string]bool{}
-		for _, app := range c.Apps {
-			apps[app] = true
-		}
-		a.clients = append(a.clients, client{name: c.Name, hash: h, locks: c.Locks, apps: apps})
+	a := Open(opts...)
+	if err := a.Replace(clients); err != nil {
+		return nil, err
 	}
 	return a, nil
 }
 
+// Open returns an Authenticator that lets every call in until Replace
+// gives it clients.
+func Open(opts ...Option) *Authenticator {
+	a := &Authenticator{refused: func(string) {}}
+	a.epoch.Store(newEpoch())
+	for _, o := range opts {
+		o(a)
+	}
+	return a
+}
+
+// Replace swaps the client list for clients, checked as New checks them;
+// on error the list in force is kept. Every later call is checked against
+// the new list, and so is every call under way: one the new list would
+// refuse (its client gone, its token replaced, its key or app no longer
+// in the client's lists, or no token while authentication is now on) ends
+// with the status a new call would get; the others go on with the
+// identity they were admitted with. An empty list turns authentication
+// off.
+func (a *Authenticator) Replace(clients []Client) error {
+	if len(clients) == 0 {
+		a.clients.Store(nil)
+		a.newEpoch()
+		return nil
+	}
+	set := &clientSet{}
+	tokens := map[[sha256.Size]byte]string{}
+	names := map[string]bool{}
+	for i, c := range clients {
+		if c.Name == "" {
+			return fmt.Errorf("auth: client %d: name must not be empty", i)
+		}
+		if names[c.Name] {
+			return fmt.Errorf("auth: client %q is listed twice", c.Name)
+		}
+		names[c.Name] = true
+		if c.Token == "" {
+			return fmt.Errorf("auth: client %q: token must not be empty", c.Name)
+		}
+		h := sha256.Sum256([]byte(c.Token))
+		if other, dup := tokens[h]; dup {
+			return fmt.Errorf("auth: clients %q and %q share a token", other, c.Name)
+		}
+		tokens[h] = c.Name
+		apps := map[string]bool{}
+		for _, app := range c.Apps {
+			apps[app] = true
+		}
+		set.clients = append(set.clients, client{
+			id:    Identity{Name: c.Name, Limits: c.Limits, Admin: c.Admin},
+			hash:  h,
+			locks: append([]string(nil), c.Locks...),
+			apps:  apps,
+			set:   set,
+		})
+	}
+	a.clients.Store(set)
+	a.newEpoch()
+	return nil
+}
+
+// Enabled reports whether calls need a bearer token.
+func (a *Authenticator) Enabled() bool { return a != nil && a.clients.Load() != nil }
+
 type clientKey struct{}
+
+// FromContext returns the authenticated client of a call's context; false
+// when the call was not authenticated (authentication off, or health).
+func FromContext(ctx context.Context) (Identity, bool) {
+	c, ok := ctx.Value(clientKey{}).(*client)
+	if !ok {
+		return Identity{}, false
+	}
+	return c.id, true
+}
 
 // ClientName returns the name of the authenticated client of ctx, if any.
 func ClientName(ctx context.Context) (string, bool) {
-	c, ok := ctx.Value(clientKey{}).(*client)
-	if !ok {
-		return "", false
-	}
-	return c.name, true
+	id, ok := FromContext(ctx)
+	return id.Name, ok
 }
 
-// authenticate finds the client whose token the call carries. Every
-// client's token hash is compared, so the time taken does not tell which
-// client, or how much of a token, matched.
+// IsOpen reports whether a method needs no token: the health checks.
+func IsOpen(fullMethod string) bool {
+	return strings.HasPrefix(fullMethod, "/"+healthpb.Health_ServiceDesc.ServiceName+"/")
+}
+
+// TapHandle authenticates a stream as soon as its headers arrive, before
+// gRPC gives it a goroutine or reads its message: a call without a known
+// bearer token is refused UNAUTHENTICATED at once. Health stays open.
+// Install it with grpc.InTapHandle; it is cheap and never blocks.
+func (a *Authenticator) TapHandle(ctx context.Context, info *tap.Info) (context.Context, error) {
+	if !a.Enabled() || IsOpen(info.FullMethodName) {
+		return ctx, nil
+	}
+	return a.authenticate(ctx)
+}
+
+// authenticate finds the client whose token the call carries.
 func (a *Authenticator) authenticate(ctx context.Context) (context.Context, error) {
+	set := a.clients.Load()
+	if set == nil {
+		return ctx, nil
+	}
+	if _, ok := ctx.Value(clientKey{}).(*client); ok {
+		return ctx, nil // the tap did it
+	}
 	token, err := grpcauth.AuthFromMD(ctx, "bearer")
 	if err != nil {
+		a.refused(ReasonMissing)
 		return nil, status.Error(codes.Unauthenticated, "missing or malformed authorization: want \"authorization: Bearer <token>\"")
 	}
-	h := sha256.Sum256([]byte(token))
-	var found *client
-	for i := range a.clients {
-		if subtle.ConstantTimeCompare(h[:], a.clients[i].hash[:]) == 1 {
-			found = &a.clients[i]
-		}
-	}
+	found := set.find(token)
 	if found == nil {
+		a.refused(ReasonUnknown)
 		return nil, status.Error(codes.Unauthenticated, "unknown bearer token")
 	}
 	return context.WithValue(ctx, clientKey{}, found), nil
 }
 
-// authorize checks a request of method against the client's ACLs. A
-// request naming neither a key nor an app is allowed only for server
-// reflection: a method added later is denied until it is thought about.
-func authorize(ctx context.Context, method string, req any) error {
+// find returns the client whose token is token, or nil. Every client's
+// token hash is compared, so the time taken does not tell which client,
+// or how much of a token, matched.
+func (set *clientSet) find(token string) *client {
+	h := sha256.Sum256([]byte(token))
+	var found *client
+	for i := range set.clients {
+		if subtle.ConstantTimeCompare(h[:], set.clients[i].hash[:]) == 1 {
+			found = &set.clients[i]
+		}
+	}
+	return found
+}
+
+// Identify returns the name of the client whose bearer token an HTTP
+// Authorization header value ("Bearer <token>") carries; false when
+// authentication is off or the token is not a client's. Calls are still
+// authenticated when they reach lockd: Identify only tells callers apart,
+// as the HTTP/JSON gateway does to give each client calls of its own.
+func (a *Authenticator) Identify(authorization string) (string, bool) {
+	set := a.clients.Load()
+	if set == nil {
+		return "", false
+	}
+	scheme, token, ok := strings.Cut(authorization, " ")
+	if !ok || !strings.EqualFold(scheme, "bearer") {
+		return "", false
+	}
+	if c := set.find(token); c != nil {
+		return c.id.Name, true
+	}
+	return "", false
+}
+
+// MaxAppBytes bounds an app name in a request.
+const MaxAppBytes = 128
+
+// authorize checks a request of method against the client's ACLs.
+func (a *Authenticator) authorize(ctx context.Context, method string, req any) error {
 	c, ok := ctx.Value(clientKey{}).(*client)
 	if !ok {
 		return status.Error(codes.Unauthenticated, "not authenticated")
 	}
+	err := c.allows(method, req)
+	if status.Code(err) == codes.PermissionDenied {
+		a.refused(ReasonDenied)
+	}
+	return err
+}
+
+// allows checks a request of method against c's ACLs: a key (of a lock or
+// a semaphore) or an election's name against its lock prefixes, an app
+// against its apps. The key, name or app is validated first, so a
+// malformed one is INVALID_ARGUMENT whoever asks. A request naming none of
+// them is allowed only for server reflection: a method added later is
+// denied until it is thought about.
+func (c *client) allows(method string, req any) error {
 	if r, ok := req.(interface{ GetKey() string }); ok {
 		key := r.GetKey()
-		for _, p := range c.locks {
-			if strings.HasPrefix(key, p) {
-				return nil
-			}
+		if err := redislock.ValidateKey(key); err != nil {
+			return status.Error(codes.InvalidArgument, err.Error())
 		}
-		return status.Errorf(codes.PermissionDenied, "client %q may not lock key %q", c.name, key)
-	}
-	if r, ok := req.(interface{ GetApp() string }); ok {
-		if c.apps[r.GetApp()] {
+		if c.mayLock(key) {
 			return nil
 		}
-		return status.Errorf(codes.PermissionDenied, "client %q may not read tokens of app %q", c.name, r.GetApp())
+		return status.Errorf(codes.PermissionDenied, "client %q may not lock key %s", c.id.Name, safetext.Excerpt(key))
+	}
+	if r, ok := req.(interface{ GetName() string }); ok {
+		// An election is the lock of its name: the same prefixes apply.
+		name := r.GetName()
+		if err := redislock.ValidateName(name); err != nil {
+			return status.Error(codes.InvalidArgument, err.Error())
+		}
+		if c.mayLock(name) {
+			return nil
+		}
+		return status.Errorf(codes.PermissionDenied, "client %q may not take part in election %s", c.id.Name, safetext.Excerpt(name))
+	}
+	if r, ok := req.(interface{ GetApp() string }); ok {
+		app := r.GetApp()
+		if err := validApp(app); err != nil {
+			return err
+		}
+		if c.apps[app] {
+			return nil
+		}
+		return status.Errorf(codes.PermissionDenied, "client %q may not read tokens of app %s", c.id.Name, safetext.Excerpt(app))
 	}
 	if strings.HasPrefix(method, "/grpc.reflection.") {
 		return nil
 	}
-	return status.Errorf(codes.PermissionDenied, "client %q may not call %s", c.name, method)
+	return status.Errorf(codes.PermissionDenied, "client %q may not call %s", c.id.Name, safetext.Excerpt(method))
 }
 
-// open tells which calls need no token: health checks.
-var open = selector.MatchFunc(func(_ context.Context, meta interceptors.CallMeta) bool {
+// mayLock reports whether the client may lock key: it starts with one of
+// its prefixes.
+func (c *client) mayLock(key string) bool {
+	for _, p := range c.locks {
+		if strings.HasPrefix(key, p) {
+			return true
+		}
+	}
+	return false
+}
+
+func validApp(app string) error {
+	switch {
+	case app == "":
+		return status.Error(codes.InvalidArgument, "app must not be empty")
+	case len(app) > MaxAppBytes:
+		return status.Errorf(codes.InvalidArgument, "app is %d bytes, longer than %d", len(app), MaxAppBytes)
+	case strings.IndexFunc(app, unicode.IsControl) >= 0:
+		return status.Error(codes.InvalidArgument, "app has a control character")
+	}
+	return nil
+}
+
+// closed tells which calls need a token: all but health checks.
+var closed = selector.MatchFunc(func(_ context.Context, meta interceptors.CallMeta) bool {
 	return meta.Service != healthpb.Health_ServiceDesc.ServiceName
 })
 
-// UnaryInterceptor authenticates and authorizes unary calls; health stays
-// open.
+// UnaryInterceptor authorizes unary calls (authenticating them first when
+// TapHandle has not), and ends those that may wait when a reload takes
+// away what let them in (see Replace); health stays open. Put it after the interceptors that
+// refuse malformed requests, so those are INVALID_ARGUMENT for everyone.
 func (a *Authenticator) UnaryInterceptor() grpc.UnaryServerInterceptor {
 	check := func(ctx context.Context, req any, info *grpc.UnaryServerInfo, handler grpc.UnaryHandler) (any, error) {
-		ctx, err := a.authenticate(ctx)
-		if err != nil {
-			return nil, err
+		if a.Enabled() {
+			var err error
+			if ctx, err = a.authenticate(ctx); err != nil {
+				return nil, err
+			}
+			if err := a.authorize(ctx, info.FullMethod, req); err != nil {
+				return nil, err
+			}
 		}
-		if err := authorize(ctx, info.FullMethod, req); err != nil {
-			return nil, err
+		if !waits(req) {
+			return handler(ctx, req)
 		}
-		return handler(ctx, req)
+		ctx, c := a.follow(ctx, info.FullMethod, req)
+		resp, err := handler(ctx, req)
+		return resp, c.end(err)
 	}
-	return selector.UnaryServerInterceptor(check, open)
+	return selector.UnaryServerInterceptor(check, closed)
 }
 
-// StreamInterceptor authenticates streams and authorizes each message a
-// client sends on them; health stays open.
+// StreamInterceptor authenticates streams (unless TapHandle did),
+// authorizes each message a client sends on them, and ends them when a
+// reload takes away what let them in; health stays open.
 func (a *Authenticator) StreamInterceptor() grpc.StreamServerInterceptor {
 	check := func(srv any, ss grpc.ServerStream, info *grpc.StreamServerInfo, handler grpc.StreamHandler) error {
-		ctx, err := a.authenticate(ss.Context())
-		if err != nil {
-			return err
+		ctx := ss.Context()
+		enabled := a.Enabled()
+		if enabled {
+			var err error
+			if ctx, err = a.authenticate(ctx); err != nil {
+				return err
+			}
 		}
-		return handler(srv, &authorizedStream{ServerStream: ss, ctx: ctx, method: info.FullMethod})
+		ctx, c := a.follow(ctx, info.FullMethod, nil)
+		return c.end(handler(srv, &authorizedStream{ServerStream: ss, ctx: ctx, method: info.FullMethod, authorize: enabled, a: a, call: c}))
 	}
-	return selector.StreamServerInterceptor(check, open)
+	return selector.StreamServerInterceptor(check, closed)
 }
 
 type authorizedStream struct {
 	grpc.ServerStream
-	ctx    context.Context
-	method string
+	ctx       context.Context
+	method    string
+	authorize bool // authentication was on when the call began
+	a         *Authenticator
+	call      *call
 }
 
 func (s *authorizedStream) Context() context.Context { return s.ctx }
@@ -185,5 +439,11 @@ func (s *authorizedStream) RecvMsg(m any) error {
 	if err := s.ServerStream.RecvMsg(m); err != nil {
 		return err
 	}
-	return authorize(s.ctx, s.method, m)
+	if s.authorize {
+		if err := s.a.authorize(s.ctx, s.method, m); err != nil {
+			return err
+		}
+	}
+	s.call.received(m)
+	return nil
 }

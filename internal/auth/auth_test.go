@@ -35,12 +35,29 @@ func (fakeLocks) KeepAlive(req *lockdv1.KeepAliveRequest, stream lockdv1.LockSer
 	return stream.Send(&lockdv1.KeepAliveResponse{Lease: &lockdv1.Lease{Key: req.GetKey()}})
 }
 
+type fakeElections struct {
+	lockdv1.UnimplementedElectionServiceServer
+}
+
+func (fakeElections) Leader(_ context.Context, req *lockdv1.LeaderRequest) (*lockdv1.LeaderResponse, error) {
+	return &lockdv1.LeaderResponse{Leader: &lockdv1.Leader{Name: req.GetName()}}, nil
+}
+
 type fakeTokens struct {
 	lockdv1.UnimplementedTokenServiceServer
 }
 
-func (fakeTokens) GetAccessToken(context.Context, *lockdv1.GetAccessTokenRequest) (*lockdv1.GetAccessTokenResponse, error) {
-	return &lockdv1.GetAccessTokenResponse{AccessToken: "tok"}, nil
+func (fakeTokens) GetAccessToken(ctx context.Context, _ *lockdv1.GetAccessTokenRequest) (*lockdv1.GetAccessTokenResponse, error) {
+	id, _ := auth.FromContext(ctx)
+	return &lockdv1.GetAccessTokenResponse{AccessToken: "tok for " + id.Name}, nil
+}
+
+func (fakeTokens) GetTicket(context.Context, *lockdv1.GetTicketRequest) (*lockdv1.GetTicketResponse, error) {
+	return &lockdv1.GetTicketResponse{Ticket: "ticket"}, nil
+}
+
+func (fakeTokens) WatchAccessToken(req *lockdv1.WatchAccessTokenRequest, stream lockdv1.TokenService_WatchAccessTokenServer) error {
+	return stream.Send(&lockdv1.WatchAccessTokenResponse{AccessToken: "tok"})
 }
 
 func serve(t *testing.T, a *auth.Authenticator) *grpc.ClientConn {
@@ -49,6 +66,7 @@ func serve(t *testing.T, a *auth.Authenticator) *grpc.ClientConn {
 	gs := grpc.NewServer(grpc.UnaryInterceptor(a.UnaryInterceptor()), grpc.StreamInterceptor(a.StreamInterceptor()))
 	lockdv1.RegisterLockServiceServer(gs, fakeLocks{})
 	lockdv1.RegisterTokenServiceServer(gs, fakeTokens{})
+	lockdv1.RegisterElectionServiceServer(gs, fakeElections{})
 	healthpb.RegisterHealthServer(gs, health.NewServer())
 	go func() { _ = gs.Serve(lis) }()
 	t.Cleanup(gs.Stop)
@@ -73,6 +91,12 @@ func TestAuth(t *testing.T) {
 	}
 	conn := serve(t, a)
 	locks, tokens := lockdv1.NewLockServiceClient(conn), lockdv1.NewTokenServiceClient(conn)
+	leader := func(name string) func(ctx context.Context) error {
+		return func(ctx context.Context) error {
+			_, err := lockdv1.NewElectionServiceClient(conn).Leader(ctx, &lockdv1.LeaderRequest{Name: name})
+			return err
+		}
+	}
 	with := func(header string) context.Context {
 		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 		t.Cleanup(cancel)
@@ -102,6 +126,15 @@ func TestAuth(t *testing.T) {
 		{"KeepAlive outside the prefix is denied", "Bearer orders-secret-token", keepAlive(locks, "billing/1"), codes.PermissionDenied},
 		{"KeepAlive under the prefix is allowed", "Bearer orders-secret-token", keepAlive(locks, "orders/1"), codes.OK},
 		{"KeepAlive without a token is unauthenticated", "", keepAlive(locks, "orders/1"), codes.Unauthenticated},
+		{"an election under the prefix is allowed", "Bearer orders-secret-token", leader("orders/leader"), codes.OK},
+		{"an election outside the prefix is denied", "Bearer orders-secret-token", leader("billing/leader"), codes.PermissionDenied},
+		{"an empty election name is invalid", "Bearer orders-secret-token", leader(""), codes.InvalidArgument},
+		{"an election without a token is unauthenticated", "", leader("orders/leader"), codes.Unauthenticated},
+		{"a ticket of a listed app is allowed", "Bearer orders-secret-token", getTicket(tokens, "mp"), codes.OK},
+		{"a ticket of an unlisted app is denied", "Bearer orders-secret-token", getTicket(tokens, "other"), codes.PermissionDenied},
+		{"watching a listed app is allowed", "Bearer orders-secret-token", watchToken(tokens, "mp"), codes.OK},
+		{"watching an unlisted app is denied", "Bearer orders-secret-token", watchToken(tokens, "other"), codes.PermissionDenied},
+		{"watching without a token is unauthenticated", "", watchToken(tokens, "mp"), codes.Unauthenticated},
 		{"health needs no token", "", func(ctx context.Context) error {
 			_, err := healthpb.NewHealthClient(conn).Check(ctx, &healthpb.HealthCheckRequest{})
 			return err
@@ -119,6 +152,10 @@ func TestAuth(t *testing.T) {
 	res, err := locks.Acquire(with("Bearer orders-secret-token"), &lockdv1.AcquireRequest{Key: "orders/2"})
 	if err != nil || res.GetLease().GetOwner() != "orders" {
 		t.Fatalf("handler saw client %q (%v), want orders", res.GetLease().GetOwner(), err)
+	}
+	tok, err := tokens.GetAccessToken(with("Bearer orders-secret-token"), &lockdv1.GetAccessTokenRequest{App: "mp"})
+	if err != nil || tok.GetAccessToken() != "tok for orders" {
+		t.Fatalf("FromContext in the handler: %q (%v), want the client orders", tok.GetAccessToken(), err)
 	}
 }
 
@@ -171,3 +208,51 @@ func keepAlive(c lockdv1.LockServiceClient, key string) func(context.Context) er
 }
 
 func contains(s, sub string) bool { return strings.Contains(s, sub) }
+
+// TestIdentify names the client of an Authorization header, as calls are
+// authenticated: scheme in any case, the token exact.
+func TestIdentify(t *testing.T) {
+	t.Parallel()
+	a, err := auth.New([]auth.Client{
+		{Name: "orders", Token: "orders-token-0123456789", Locks: []string{"orders/"}},
+		{Name: "ops", Token: "ops-token-0123456789", Locks: []string{""}},
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for header, want := range map[string]string{
+		"Bearer orders-token-0123456789":  "orders",
+		"bearer ops-token-0123456789":     "ops",
+		"Bearer orders-token-012345678":   "",
+		"Bearer orders-token-0123456789 ": "",
+		"Basic orders-token-0123456789":   "",
+		"orders-token-0123456789":         "",
+		"":                                "",
+	} {
+		name, ok := a.Identify(header)
+		if name != want || ok != (want != "") {
+			t.Errorf("Identify(%q) = %q, %v, want %q", header, name, ok, want)
+		}
+	}
+	if name, ok := auth.Open().Identify("Bearer orders-token-0123456789"); ok {
+		t.Errorf("with authentication off, Identify named %q", name)
+	}
+}
+
+func getTicket(c lockdv1.TokenServiceClient, app string) func(ctx context.Context) error {
+	return func(ctx context.Context) error {
+		_, err := c.GetTicket(ctx, &lockdv1.GetTicketRequest{App: app, Type: lockdv1.TicketType_TICKET_TYPE_JSAPI})
+		return err
+	}
+}
+
+func watchToken(c lockdv1.TokenServiceClient, app string) func(ctx context.Context) error {
+	return func(ctx context.Context) error {
+		stream, err := c.WatchAccessToken(ctx, &lockdv1.WatchAccessTokenRequest{App: app})
+		if err != nil {
+			return err
+		}
+		_, err = stream.Recv()
+		return err
+	}
+}

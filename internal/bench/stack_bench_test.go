@@ -6,11 +6,8 @@ import (
 	"io"
 	"log/slog"
 	"net"
-	"runtime"
-	"slices"
-	"sync"
+	"runtime/pprof"
 	"sync/atomic"
-	"syscall"
 	"testing"
 	"time"
 
@@ -20,8 +17,8 @@ import (
 	collectortrace "go.opentelemetry.io/proto/otlp/collector/trace/v1"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/credentials/insecure"
+	healthpb "google.golang.org/grpc/health/grpc_health_v1"
 	"google.golang.org/grpc/metadata"
-	"google.golang.org/protobuf/types/known/durationpb"
 
 	lockdv1 "github.com/lockd/lockd/gen/lockd/v1"
 	"github.com/lockd/lockd/internal/config"
@@ -42,11 +39,11 @@ var otelEnv = []string{
 	"OTEL_EXPORTER_OTLP_PROTOCOL", "OTEL_EXPORTER_OTLP_TRACES_PROTOCOL",
 }
 
-// lockTarget is a LockService client and the context its calls carry (the
-// bearer token, for the full stack).
+// lockTarget is a LockService client and the metadata its calls carry
+// (the bearer token, for the full stack; nil for none).
 type lockTarget struct {
 	client lockdv1.LockServiceClient
-	ctx    context.Context
+	md     metadata.MD
 }
 
 // newBareServer serves a bare LockService (codec and UTF-8 interceptor,
@@ -65,17 +62,23 @@ func newBareServer(b *testing.B, rdb redis.UniversalClient) (*redislock.Client, 
 	}
 	go func() { _ = gs.Serve(lis) }()
 	b.Cleanup(gs.Stop)
-	return engine, lockTarget{client: dialLocks(b, lis.Addr().String()), ctx: context.Background()}
+	return engine, lockTarget{client: dialLocks(b, lis.Addr().String())}
 }
 
 func dialLocks(b *testing.B, addr string) lockdv1.LockServiceClient {
+	b.Helper()
+	return lockdv1.NewLockServiceClient(dial(b, addr))
+}
+
+// dial returns one client connection to addr, closed at cleanup.
+func dial(b *testing.B, addr string) *grpc.ClientConn {
 	b.Helper()
 	conn, err := grpc.NewClient(addr, grpc.WithTransportCredentials(insecure.NewCredentials()))
 	if err != nil {
 		b.Fatal(err)
 	}
 	b.Cleanup(func() { _ = conn.Close() })
-	return lockdv1.NewLockServiceClient(conn)
+	return conn
 }
 
 // countingWriter counts what the full stack's logger writes.
@@ -86,20 +89,24 @@ func (w *countingWriter) Write(p []byte) (int, error) {
 	return len(p), nil
 }
 
-// fullServer is lockd as production runs it, from server.Run.
+// fullServer is lockd as production runs it, from server.Run, in this
+// process.
 type fullServer struct {
 	lockTarget
+	health healthpb.HealthClient
 	logged *countingWriter
 }
 
-// startFull runs server.Run on redisSpec with auth on (one client, every key
-// allowed), telemetry on (otelgrpc stats handler, redisotel pool metrics and
-// lock metrics into the Prometheus registry; trace export only if the
-// OTEL_* environment names an endpoint), and the logging and recovery
-// interceptors with production's JSON logger at INFO, writing to a counter.
-// The client sends "authorization: Bearer" on every call, from a context
-// built once.
-func startFull(b *testing.B, redisSpec string) *fullServer {
+// startFull runs server.Run on redisSpec with telemetry on (otelgrpc stats
+// handler, redisotel pool metrics and lock metrics into the Prometheus
+// registry; trace export only if the OTEL_* environment names an
+// endpoint), and the logging and recovery interceptors with production's
+// JSON logger at INFO, writing to a counter. With auth, one bearer client
+// may lock every key, and the client sends "authorization: Bearer" on every
+// call, from metadata built once. The server's goroutines carry the pprof
+// label side=lockd, so that a CPU profile of a benchmark can be narrowed to
+// the server (go tool pprof -tagfocus side=lockd).
+func startFull(b *testing.B, redisSpec string, auth bool) *fullServer {
 	b.Helper()
 	logged := &countingWriter{}
 	started := make(chan server.Addrs, 1)
@@ -109,15 +116,19 @@ func startFull(b *testing.B, redisSpec string) *fullServer {
 		Listen:     "127.0.0.1:0",
 		HTTPListen: "127.0.0.1:0", // /metrics served, not scraped
 		Redis:      redisSpec,
-		File: &config.Config{Auth: &config.Auth{Clients: []config.Client{
-			{Name: "bench", Locks: []string{""}, Token: config.Secret(benchBearer)},
-		}}},
-		Limits:  service.DefaultLimits(),
-		Version: "bench",
-		Logger:  slog.New(slog.NewJSONHandler(logged, &slog.HandlerOptions{Level: slog.LevelInfo})),
-		Started: func(a server.Addrs) { started <- a },
+		Limits:     service.DefaultLimits(),
+		Version:    "bench",
+		Logger:     slog.New(slog.NewJSONHandler(logged, &slog.HandlerOptions{Level: slog.LevelInfo})),
+		Started:    func(a server.Addrs) { started <- a },
 	}
-	go func() { done <- server.Run(ctx, cfg) }()
+	var md metadata.MD
+	if auth {
+		cfg.File = &config.Config{Auth: &config.Auth{Clients: []config.Client{
+			{Name: "bench", Locks: []string{""}, Token: config.Secret(benchBearer)},
+		}}}
+		md = metadata.Pairs("authorization", "Bearer "+benchBearer)
+	}
+	go pprof.Do(ctx, pprof.Labels("side", "lockd"), func(ctx context.Context) { done <- server.Run(ctx, cfg) })
 	var addrs server.Addrs
 	select {
 	case addrs = <-started:
@@ -134,9 +145,10 @@ func startFull(b *testing.B, redisSpec string) *fullServer {
 			b.Errorf("server.Run: %v", err)
 		}
 	})
-	md := metadata.Pairs("authorization", "Bearer "+benchBearer)
+	conn := dial(b, addrs.GRPC)
 	return &fullServer{
-		lockTarget: lockTarget{client: dialLocks(b, addrs.GRPC), ctx: metadata.NewOutgoingContext(context.Background(), md)},
+		lockTarget: lockTarget{client: lockdv1.NewLockServiceClient(conn), md: md},
+		health:     healthpb.NewHealthClient(conn),
 		logged:     logged,
 	}
 }
@@ -175,113 +187,19 @@ func startCollector(b *testing.B) (*spanCollector, string) {
 	return c, "http://" + lis.Addr().String()
 }
 
-// pairsRun runs n uncontended Acquire+Release pairs through t, spread over
-// conc workers each on a key of its own, and returns how long they took.
-func pairsRun(conc, n int, t lockTarget) (time.Duration, error) {
-	var (
-		next     atomic.Int64
-		wg       sync.WaitGroup
-		errOnce  sync.Once
-		firstErr error
-	)
-	start := time.Now()
-	for w := range conc {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			key := fmt.Sprint("bench/", w)
-			for next.Add(1) <= int64(n) {
-				res, err := t.client.Acquire(t.ctx, &lockdv1.AcquireRequest{Key: key, Owner: key})
-				if err == nil && !res.GetAcquired() {
-					err = fmt.Errorf("not acquired: %v", res)
-				}
-				if err == nil {
-					_, err = t.client.Release(t.ctx, &lockdv1.ReleaseRequest{Key: key, LeaseId: res.GetLease().GetLeaseId()})
-				}
-				if err != nil {
-					errOnce.Do(func() { firstErr = err })
-					return
-				}
-			}
-		}()
-	}
-	wg.Wait()
-	return time.Since(start), firstErr
-}
-
-// interleaved measures b.N Acquire+Release pairs through subject, and as
-// many through base, in alternating slices (base first, then subject first,
-// and so on), so that whatever else the machine does at the time weighs on
-// both alike. The benchmark's timer and pairs/s cover subject alone;
-// base-pairs/s is reported beside it, and the ratio as subject/base. So are
-// the CPU time this process (client and server, not Redis) spent per pair
-// on each: cpu-us/pair and base-cpu-us/pair.
-func interleaved(b *testing.B, conc int, subject, base lockTarget, subjectName, baseName string) {
-	const rounds = 10
-	runtime.GC()
-	b.ResetTimer()
-	b.StopTimer()
-	var took, cpu [2]time.Duration // base, subject
-	var done [2]int
-	for i := range rounds {
-		n := b.N / rounds
-		if i < b.N%rounds {
-			n++
-		}
-		if n == 0 {
-			continue
-		}
-		order := []int{0, 1}
-		if i%2 == 1 {
-			order = []int{1, 0}
-		}
-		for _, which := range order {
-			t := base
-			if which == 1 {
-				t = subject
-				b.StartTimer()
-			}
-			c := processCPU()
-			d, err := pairsRun(conc, n, t)
-			c = processCPU() - c
-			b.StopTimer()
-			if err != nil {
-				b.Fatal(err)
-			}
-			took[which] += d
-			cpu[which] += c
-			done[which] += n
-		}
-	}
-	rate := func(which int) float64 { return float64(done[which]) / took[which].Seconds() }
-	perPair := func(which int) float64 { return float64(cpu[which].Nanoseconds()) / 1e3 / float64(done[which]) }
-	b.ReportMetric(rate(1), "pairs/s")
-	b.ReportMetric(rate(0), baseName+"-pairs/s")
-	b.ReportMetric(rate(1)/rate(0), subjectName+"/"+baseName)
-	b.ReportMetric(perPair(1), "cpu-us/pair")
-	b.ReportMetric(perPair(0), baseName+"-cpu-us/pair")
-}
-
-// processCPU is the user and system CPU time this process has used.
-func processCPU() time.Duration {
-	var ru syscall.Rusage
-	if err := syscall.Getrusage(syscall.RUSAGE_SELF, &ru); err != nil {
-		return 0
-	}
-	return time.Duration(ru.Utime.Nano() + ru.Stime.Nano())
-}
-
 // BenchmarkStack measures what production's interceptors cost: uncontended
 // Acquire+Release pairs through lockd as server.Run assembles it
-// (path=full), interleaved with the same pairs through the bare LockService
-// of BenchmarkAcquireRelease on the same Redis: pairs/s is the full stack's,
-// bare-pairs/s the bare server's, full/bare their ratio. The full stack has
-// auth on (one bearer client, every key allowed), telemetry on (otelgrpc
-// stats handler, redisotel pool metrics and lock metrics into the
-// Prometheus registry; no OTLP endpoint, so traces are off and spans do not
-// record), and the logging and recovery interceptors with production's
-// JSON logger at INFO (successful calls log at DEBUG, so nothing is
-// written).
+// (path=full), interleaved in slices with the same pairs through the bare
+// LockService of BenchmarkAcquireRelease on the same Redis, for
+// -benchtime each: full-pairs/s, bare-pairs/s, and full/bare their ratio
+// (the median of the ratios of slices run back to back);
+// full-cpu-us/pair and bare-cpu-us/pair are this process's CPU (client and
+// server, not Redis). The full stack has auth on (one bearer client, every
+// key allowed), telemetry on (otelgrpc stats handler, redisotel pool
+// metrics and lock metrics into the Prometheus registry; no OTLP endpoint,
+// so traces are off and spans do not record), and the logging and recovery
+// interceptors with production's JSON logger at INFO (successful calls log
+// at DEBUG, so nothing is written).
 //
 // path=full+otlp is the same stack with OTEL_EXPORTER_OTLP_ENDPOINT set to
 // an in-process collector: every RPC and its Redis commands are traced and
@@ -293,10 +211,10 @@ func BenchmarkStack(b *testing.B) {
 	for _, k := range otelEnv {
 		b.Setenv(k, "")
 	}
-	full := startFull(b, srv.Addr())
+	full := startFull(b, srv.Addr(), true)
 	col, endpoint := startCollector(b)
 	b.Setenv("OTEL_EXPORTER_OTLP_ENDPOINT", endpoint)
-	traced := startFull(b, srv.Addr())
+	traced := startFull(b, srv.Addr(), true)
 	b.Setenv("OTEL_EXPORTER_OTLP_ENDPOINT", "")
 
 	variants := []struct {
@@ -310,10 +228,16 @@ func BenchmarkStack(b *testing.B) {
 	for _, v := range variants {
 		for _, conc := range v.concs {
 			b.Run(fmt.Sprintf("path=%s/conc=%d", v.name, conc), func(b *testing.B) {
+				defer fixedShape(b)()
 				logged, spans := v.srv.logged.n.Load(), col.spans.Load()
-				interleaved(b, conc, v.srv.lockTarget, bare, v.name, "bare")
+				subject := &workload{name: v.name, run: pairs(b, lockdService{t: v.srv.lockTarget}, conc, "stack/"), meters: []meter{selfMeter(v.name)}}
+				base := &workload{name: "bare", run: pairs(b, lockdService{t: bare}, conc, "stack/"), meters: []meter{selfMeter("bare")}}
+				interleave(b, benchTime(), 30, base, subject)
+				subject.report(b, "pair")
+				base.report(b, "pair")
+				b.ReportMetric(sliceRatio(subject, base, ratio), v.name+"/bare")
 				if n := v.srv.logged.n.Load() - logged; n > 0 {
-					b.Logf("the full stack logged %d bytes during %d pairs", n, b.N)
+					b.Logf("the full stack logged %d bytes during %d pairs", n, subject.ops)
 				}
 				if v.srv == traced {
 					// Flush the spans still queued, so that they count
@@ -322,7 +246,7 @@ func BenchmarkStack(b *testing.B) {
 					if tp, ok := otel.GetTracerProvider().(*sdktrace.TracerProvider); ok {
 						_ = tp.ForceFlush(context.Background())
 					}
-					b.ReportMetric(float64(col.spans.Load()-spans)/float64(b.N), "spans/pair")
+					b.ReportMetric(float64(col.spans.Load()-spans)/float64(subject.ops), "spans/pair")
 				}
 			})
 		}
@@ -332,103 +256,62 @@ func BenchmarkStack(b *testing.B) {
 // BenchmarkCluster compares a 3-master Redis Cluster with a single
 // redis-server under the bare gRPC LockService. op=pairs: uncontended
 // Acquire+Release pairs, one key per worker so that the locks spread over
-// the cluster's slots, on the Cluster (pairs/s) interleaved with the single
-// server (single-pairs/s), and their ratio. op=handoff: handoff latency as
-// in BenchmarkHandoff (16 waiters on one key, woken by pub/sub: PUBLISH on
-// the single server, SPUBLISH on the Cluster). All Redis processes share the
-// machine's cores with lockd and the load generator.
+// the cluster's slots, on the Cluster (cluster-pairs/s) interleaved with the
+// single server (single-pairs/s), and their ratio. op=handoff: 16 waiters
+// on one key, 2 ms holds, woken by pub/sub (PUBLISH on the single server,
+// SPUBLISH on the Cluster): holds/s and handoff p50/p99 as in
+// BenchmarkHandoff. All Redis processes share the machine's cores with
+// lockd and the load generator.
 func BenchmarkCluster(b *testing.B) {
 	_, single := newBareServer(b, redistest.Start(b).Client(b))
 	_, cluster := newBareServer(b, redistest.StartCluster(b, 3).ClusterClient(b))
 	for _, conc := range []int{16, 64} {
 		b.Run(fmt.Sprintf("op=pairs/redis=cluster/conc=%d", conc), func(b *testing.B) {
-			interleaved(b, conc, cluster, single, "cluster", "single")
+			defer fixedShape(b)()
+			c := &workload{name: "cluster", run: pairs(b, lockdService{t: cluster}, conc, "cluster/"), meters: []meter{selfMeter("cluster")}}
+			s := &workload{name: "single", run: pairs(b, lockdService{t: single}, conc, "cluster/"), meters: []meter{selfMeter("single")}}
+			interleave(b, benchTime(), 30, s, c)
+			c.report(b, "pair")
+			s.report(b, "pair")
+			b.ReportMetric(sliceRatio(c, s, ratio), "cluster/single")
 		})
 	}
 	for _, t := range []struct {
 		name string
 		lt   lockTarget
 	}{{"single", single}, {"cluster", cluster}} {
-		var run int
 		b.Run(fmt.Sprintf("op=handoff/redis=%s/waiters=16", t.name), func(b *testing.B) {
-			// A key per run: a waiter granted just as the previous run
-			// ended may still hold the last one.
-			run++
-			handoff(b, t.lt, fmt.Sprint("handoff/", run), 16, nil)
+			defer fixedShape(b)()
+			ss := sessions(b, lockdService{t: t.lt}, 16)
+			c, err := contend(ss, "handoff", 2*time.Millisecond, 200*time.Millisecond, benchTime(), func(bool) {})
+			if err != nil {
+				b.Fatal(err)
+			}
+			c.report(b, "")
 		})
 	}
 }
 
-// handoff measures handoff latency on any LockService: waiters want key;
-// each holder keeps it 2 ms, releases, and goes to the back of the line. The
-// time from the start of its Release call to the next waiter's grant is
-// recorded; p50-ms and p99-ms are reported. acquire takes the lock for an
-// owner; nil waits for it through lockd (woken by pub/sub).
-func handoff(b *testing.B, t lockTarget, key string, waiters int, acquire func(ctx context.Context, owner string) (*lockdv1.AcquireResponse, error)) {
-	if acquire == nil {
-		acquire = func(ctx context.Context, owner string) (*lockdv1.AcquireResponse, error) {
-			return t.client.Acquire(ctx, &lockdv1.AcquireRequest{Key: key, Owner: owner, WaitTimeout: durationpb.New(time.Minute)})
+// BenchmarkInProcess runs uncontended Acquire+Release pairs at concurrency
+// 64 through lockd's production stack in its default configuration
+// (server.Run: no auth, telemetry on, the call log at INFO) in this
+// process, on a redis-server, and nothing else: for CPU and allocation
+// profiles of lockd under load (scripts/bench.sh with BENCH_PROFILE=dir;
+// the server's goroutines carry the pprof label side=lockd). Its
+// lockd-pairs/s beside BenchmarkVersusEtcd's shows what the process
+// boundary costs; lockd+client-cpu-us/pair is this process's CPU, load
+// generator included.
+func BenchmarkInProcess(b *testing.B) {
+	b.Run("op=uncontended/conc=64", func(b *testing.B) {
+		defer fixedShape(b)()
+		srv := redistest.Start(b)
+		for _, k := range otelEnv {
+			b.Setenv(k, "")
 		}
-	}
-	ctx, cancel := context.WithCancel(t.ctx)
-	defer cancel()
-	var (
-		mu         sync.Mutex
-		releasedAt time.Time
-		latencies  []time.Duration
-		handoffs   atomic.Int64
-		wg         sync.WaitGroup
-		target     = int64(b.N)
-	)
-	b.ResetTimer()
-	for w := range waiters {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			owner := fmt.Sprint("waiter-", w)
-			for handoffs.Load() < target {
-				res, err := acquire(ctx, owner)
-				if err != nil {
-					if ctx.Err() == nil {
-						b.Error(err)
-					}
-					return
-				}
-				got := time.Now()
-				mu.Lock()
-				if !releasedAt.IsZero() {
-					latencies = append(latencies, got.Sub(releasedAt))
-				}
-				mu.Unlock()
-				time.Sleep(2 * time.Millisecond) // the critical section
-				mine := handoffs.Add(1)
-				if mine >= target {
-					cancel() // wake the others so they stop
-				}
-				mu.Lock()
-				releasedAt = time.Now()
-				mu.Unlock()
-				if _, err := t.client.Release(context.WithoutCancel(ctx), &lockdv1.ReleaseRequest{Key: key, LeaseId: res.GetLease().GetLeaseId()}); err != nil {
-					b.Error(err)
-					return
-				}
-				// Go to the back of the line.
-				for handoffs.Load() == mine && ctx.Err() == nil {
-					time.Sleep(100 * time.Microsecond)
-				}
-			}
-		}()
-	}
-	wg.Wait()
-	b.StopTimer()
-	if len(latencies) == 0 {
-		return
-	}
-	slices.Sort(latencies)
-	pct := func(p float64) float64 {
-		return float64(latencies[int(p*float64(len(latencies)-1))].Microseconds()) / 1000
-	}
-	b.ReportMetric(pct(0.50), "p50-ms")
-	b.ReportMetric(pct(0.99), "p99-ms")
-	b.ReportMetric(0, "ns/op")
+		full := startFull(b, srv.Addr(), false)
+		w := &workload{name: "lockd", run: pairs(b, lockdService{t: full.lockTarget}, 64, "inprocess/"),
+			meters: []meter{selfMeter("lockd+client"), pidMeter("redis", srv.Pid())}}
+		interleave(b, benchTime(), 1, w)
+		w.report(b, "pair")
+	})
 }

@@ -31,9 +31,13 @@ const (
 	benchApp    = "bench"
 	benchAppID  = "wx-bench"
 	benchSecret = "bench-secret"
-	// benchTokenPrefix is the brokers' Prefix; the app's cached token is
-	// the hash benchTokenPrefix+":{"+benchApp+"}" (see package token).
-	benchTokenPrefix = "lockd:token"
+	// benchNamespace is the brokers' Prefix; the app's cached token is the
+	// hash benchTokenKey, its lock benchLockKey under benchLockPrefix (see
+	// package token).
+	benchNamespace  = "lockd"
+	benchTokenKey   = benchNamespace + ":token:{wechat:classic:" + benchAppID + "}"
+	benchLockPrefix = benchNamespace + ":token:lock"
+	benchLockKey    = "wechat:classic:" + benchAppID
 )
 
 // tokenStack is one Redis, a fake upstream, and replicas TokenService
@@ -61,7 +65,7 @@ func newTokenStack(b *testing.B, replicas int) *tokenStack {
 	for range replicas {
 		// No refresher runs: a stampede is what callers meet when no
 		// replica renewed the token ahead of expiry.
-		broker, err := token.New(srv.Client(b), []token.App{{Name: benchApp, Upstream: s.upcfg}}, token.Options{Prefix: benchTokenPrefix, Logger: log})
+		broker, err := token.New(srv.Client(b), []token.App{{Name: benchApp, Upstream: s.upcfg}}, token.Options{Prefix: benchNamespace, Logger: log})
 		if err != nil {
 			b.Fatal(err)
 		}
@@ -93,17 +97,16 @@ func (s *tokenStack) expire(b *testing.B) {
 	b.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
-	locks := redislock.New(s.rdb, redislock.Options{Prefix: benchTokenPrefix + ":lock"})
+	locks := redislock.New(s.rdb, redislock.Options{Prefix: benchLockPrefix})
 	defer func() { _ = locks.Close() }()
-	res, err := locks.Acquire(ctx, redislock.Request{Key: benchApp, Mode: redislock.Write, TTL: 10 * time.Second, Wait: 10 * time.Second})
+	res, err := locks.Acquire(ctx, redislock.Request{Key: benchLockKey, Mode: redislock.Write, TTL: 10 * time.Second, Wait: 10 * time.Second})
 	if err != nil || !res.Acquired {
 		b.Fatalf("taking the app's lock: %v %v", res, err)
 	}
-	base := benchTokenPrefix + ":{" + benchApp + "}"
-	if err := s.rdb.Del(ctx, base, base+":failure").Err(); err != nil {
+	if err := s.rdb.Del(ctx, benchTokenKey).Err(); err != nil {
 		b.Fatal(err)
 	}
-	if _, err := locks.Release(ctx, benchApp, res.Lease.ID, ""); err != nil {
+	if _, err := locks.Release(ctx, benchLockKey, res.Lease.ID, ""); err != nil {
 		b.Fatal(err)
 	}
 }

@@ -20,12 +20,19 @@
 //	      token_env: ORDERS_TOKEN   # or token_file
 //	      locks: ["orders/"]        # key prefixes it may lock; [""] = all
 //	      apps: ["mp"]              # apps whose tokens it may read
+//	      limits: {waiters: 200, keepalives: 1000, refreshes_per_hour: 10}
+//	      admin: false              # true allows the admin calls
+//
+// Parse also reports, in Config.Warnings, what is valid but likely a
+// mistake: lock prefixes without a separator, and prefixes covering another
+// client's.
 package config
 
 import (
 	"errors"
 	"fmt"
 	"io"
+	"io/fs"
 	"log/slog"
 	"os"
 	"path/filepath"
@@ -49,6 +56,8 @@ const (
 	MinClientTokenBytes = 16
 	// MaxLockPrefixBytes bounds an entry of a client's locks, as keys are.
 	MaxLockPrefixBytes = 512
+	// MaxLimit bounds each of a client's limits.
+	MaxLimit = 1 << 30
 )
 
 // Config is lockd's configuration file.
@@ -58,6 +67,10 @@ type Config struct {
 	// Auth lists the clients allowed to call lockd; nil means no
 	// authentication.
 	Auth *Auth
+	// Warnings are things in the file that work but are likely mistakes,
+	// such as one client's lock prefix covering another's keys; lockd logs
+	// them.
+	Warnings []string
 }
 
 // App is one entry of the apps list.
@@ -104,7 +117,7 @@ func (a App) LogValue() slog.Value {
 		slog.String("provider", a.Provider),
 		slog.String("appid", a.AppID),
 		slog.String("token_api", a.TokenAPI),
-		slog.String("api_base", a.APIBase),
+		slog.String("api_base", SafeURL(a.APIBase)),
 	)
 }
 
@@ -128,10 +141,26 @@ type Client struct {
 	Locks []string
 	// Apps are the names of the apps whose tokens the client may read.
 	Apps []string
+	// Limits bound what the client may hold on one replica at once; zero
+	// fields leave it bound only by the replica-wide limits.
+	Limits Limits
+	// Admin allows the client the administrative calls.
+	Admin bool
 	// Token is the bearer token read from TokenEnv or TokenFile, at least
 	// MinClientTokenBytes of printable ASCII without spaces. Clients send
 	// it as "authorization: Bearer <token>".
 	Token Secret
+}
+
+// Limits are a client's own limits (limits: in its auth.clients entry).
+type Limits struct {
+	// Waiters bounds its lock calls waiting for a busy key at once.
+	Waiters int
+	// KeepAlives bounds its open KeepAlive streams.
+	KeepAlives int
+	// RefreshesPerHour bounds its RefreshAccessToken calls that may lead
+	// to a mint, per app and hour.
+	RefreshesPerHour int
 }
 
 // LogValue lets log/slog print c without its token.
@@ -140,6 +169,7 @@ func (c Client) LogValue() slog.Value {
 		slog.String("name", c.Name),
 		slog.Any("locks", c.Locks),
 		slog.Any("apps", c.Apps),
+		slog.Bool("admin", c.Admin),
 	)
 }
 
@@ -206,6 +236,9 @@ func Load(path string, lookupEnv func(string) (string, bool)) (*Config, error) {
 	return c, nil
 }
 
+// errTooLong is the error of reading a file longer than allowed.
+var errTooLong = errors.New("longer than allowed")
+
 // readBounded reads a file of at most limit bytes.
 func readBounded(path string, limit int64) ([]byte, error) {
 	f, err := os.Open(path)
@@ -218,7 +251,7 @@ func readBounded(path string, limit int64) ([]byte, error) {
 		return nil, err
 	}
 	if int64(len(data)) > limit {
-		return nil, fmt.Errorf("%s: longer than %d bytes", path, limit)
+		return nil, &fs.PathError{Op: "read", Path: path, Err: errTooLong}
 	}
 	return data, nil
 }

@@ -109,6 +109,20 @@ func TestParseReadsAValidFile(t *testing.T) {
 	}
 }
 
+func TestParseAcceptsAppsOfDistinctAccountsOnOneID(t *testing.T) {
+	t.Parallel()
+	file := `apps:
+  - {name: mp, provider: wechat, appid: wx1, secret_env: MP_SECRET}
+  - {name: mp-stable, provider: wechat, appid: wx1, token_api: stable, secret_env: MP_SECRET}
+  - {name: hr, provider: wecom, appid: ww1, secret_env: MP_SECRET}
+  - {name: sales, provider: wecom, appid: ww1, secret_file: /run/secrets/corp}
+`
+	c, err := config.Parse([]byte(file), sources())
+	if err != nil || len(c.Apps) != 4 {
+		t.Fatalf("Parse = %v, %v; want the four apps: WeChat keeps classic and stable tokens apart, and each WeCom app of a corp has its own secret", c, err)
+	}
+}
+
 func TestParseWithoutAuthMeansNoAuthentication(t *testing.T) {
 	t.Parallel()
 	c, err := config.Parse([]byte("apps:\n  - {name: mp, provider: wechat, appid: wx1, secret_env: MP_SECRET}\n"), sources())
@@ -153,6 +167,21 @@ func TestParseRefusesBadFiles(t *testing.T) {
 			"apps:\n  - {" + mp + "secret_env: MP_SECRET}\n  - {" + mp + "secret_env: MP_SECRET}\n",
 			[]string{`line 3: apps[1] "mp": name: also the name of apps[0]`},
 		},
+		{
+			"two classic apps on one appid are refused",
+			"apps:\n  - {" + mp + "secret_env: MP_SECRET}\n  - {name: mp2, provider: wechat, appid: wx1, secret_file: /run/secrets/corp}\n",
+			[]string{`line 3: apps[1] "mp2": appid: wx1 is also the classic appid of apps[0]`},
+		},
+		{
+			"two stable apps on one appid are refused",
+			"apps:\n  - {" + mp + "token_api: stable, secret_env: MP_SECRET}\n  - {name: mp2, provider: wechat, appid: wx1, token_api: stable, secret_env: MP_SECRET}\n",
+			[]string{`apps[1] "mp2": appid: wx1 is also the stable appid of apps[0]`},
+		},
+		{
+			"one WeCom app configured twice is refused",
+			"apps:\n  - {name: hr, provider: wecom, appid: ww1, secret_env: MP_SECRET}\n  - {name: hr2, provider: wecom, appid: ww1, secret_env: MP_SECRET}\n",
+			[]string{`apps[1] "hr2": appid: corpid ww1 with the same secret is also apps[0]`},
+		},
 		{"a missing provider is refused", app("name: mp, appid: wx1, secret_env: MP_SECRET"), []string{`apps[0] "mp": provider: missing`}},
 		{"an unknown provider is refused", app("name: mp, provider: alipay, appid: wx1, secret_env: MP_SECRET"), []string{`apps[0] "mp": provider "alipay"`}},
 		{"an unknown token_api is refused", app(mp + "token_api: fast, secret_env: MP_SECRET"), []string{`token_api "fast"`}},
@@ -168,8 +197,8 @@ func TestParseRefusesBadFiles(t *testing.T) {
 		{"an unset secret_env is refused", app(mp + "secret_env: NOT_SET"), []string{`apps[0] "mp": secret_env: environment variable NOT_SET is not set`}},
 		{"an empty secret_env is refused", app(mp + "secret_env: EMPTY"), []string{"environment variable EMPTY is empty"}},
 		{"a secret with a space is refused by position", app(mp + "secret_env: SPACED_SECRET"), []string{"secret_env: the secret has a space or control character at byte 3"}},
-		{"a missing secret_file is refused", app(mp + "secret_file: /run/secrets/nope"), []string{`apps[0] "mp": secret_file: open /run/secrets/nope: file does not exist`}},
-		{"a relative secret_file is read beside the config", app(mp + "secret_file: nope"), []string{"open /etc/lockd/nope"}},
+		{"a missing secret_file is refused", app(mp + "secret_file: /run/secrets/nope"), []string{`apps[0] "mp": secret_file: /run/secrets/nope cannot be read: file does not exist`}},
+		{"a relative secret_file is read beside the config", app(mp + "secret_file: nope"), []string{"/etc/lockd/nope cannot be read"}},
 		{"an empty secret_file is refused", app(mp + "secret_file: /run/secrets/empty"), []string{"secret_file: /run/secrets/empty is empty"}},
 		{"every problem is reported", "apps:\n  - {name: a, provider: x, appid: wx1, secret_env: NOT_SET}\n  - {name: b, appid: wx2, secret_env: MP_SECRET}\n",
 			[]string{`apps[0] "a": secret_env: environment variable NOT_SET is not set`, `apps[0] "a": provider "x"`, `apps[1] "b": provider: missing`}},
@@ -180,7 +209,7 @@ func TestParseRefusesBadFiles(t *testing.T) {
 		{"duplicate client names are refused", withAuth("    - {name: o, token_env: ORDERS_TOKEN}\n    - {name: o, token_file: /run/secrets/billing}\n"), []string{`auth.clients[1] "o": name: also the name of auth.clients[0]`}},
 		{"a client without a token is refused", withAuth("    - {name: o}\n"), []string{`auth.clients[0] "o": token_env or token_file: missing`}},
 		{"an unset token_env is refused", withAuth("    - {name: o, token_env: NOT_SET}\n"), []string{"token_env: environment variable NOT_SET is not set"}},
-		{"a missing token_file is refused", withAuth("    - {name: o, token_file: /run/secrets/nope}\n"), []string{"token_file: open /run/secrets/nope"}},
+		{"a missing token_file is refused", withAuth("    - {name: o, token_file: /run/secrets/nope}\n"), []string{"token_file: /run/secrets/nope cannot be read"}},
 		{"a short token is refused", withAuth("    - {name: o, token_env: SHORT_TOKEN}\n"), []string{"token_env: the token is 5 bytes, shorter than 16"}},
 		{"an inline token is refused", withAuth("    - {name: o, token: " + ordersToken + "}\n"), []string{"token: do not put the token in this file"}},
 		{"a shared token is refused", withAuth("    - {name: o, token_env: ORDERS_TOKEN}\n    - {name: p, token_env: ORDERS_TOKEN}\n"), []string{`auth.clients[1] "p": token: the same as client "o"'s`}},

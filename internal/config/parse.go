@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"io/fs"
 	"strconv"
 	"strings"
 	"unicode"
@@ -43,6 +44,7 @@ func Parse(data []byte, src Sources) (*Config, error) {
 	if len(p.problems) > 0 {
 		return nil, fmt.Errorf("%w: %s", ErrInvalid, strings.Join(p.problems, "; "))
 	}
+	c.Warnings = p.warnings
 	return c, nil
 }
 
@@ -50,6 +52,7 @@ func Parse(data []byte, src Sources) (*Config, error) {
 type parser struct {
 	src      Sources
 	problems []string
+	warnings []string
 }
 
 func (p *parser) addf(n *yaml.Node, where, format string, args ...any) {
@@ -173,8 +176,9 @@ func (p *parser) file(doc *yaml.Node) *Config {
 	f := p.fields(root, "", "apps", "auth")
 	c := &Config{}
 	names := map[string]int{}
+	accounts := map[string]int{}
 	for i, n := range p.list(f["apps"], "apps") {
-		if a, ok := p.app(n, i, names); ok {
+		if a, ok := p.app(n, i, names, accounts); ok {
 			c.Apps = append(c.Apps, a)
 		}
 	}
@@ -188,7 +192,7 @@ func (p *parser) file(doc *yaml.Node) *Config {
 // refuse it with advice.
 var appFields = []string{"name", "provider", "appid", "secret_env", "secret_file", "token_api", "api_base", "secret"}
 
-func (p *parser) app(n *yaml.Node, i int, names map[string]int) (App, bool) {
+func (p *parser) app(n *yaml.Node, i int, names, accounts map[string]int) (App, bool) {
 	where := fmt.Sprintf("apps[%d]", i)
 	if n == nil || n.Kind != yaml.MappingNode {
 		p.addf(n, where, "must be a mapping with name, provider, appid and secret_env or secret_file")
@@ -235,13 +239,48 @@ func (p *parser) app(n *yaml.Node, i int, names map[string]int) (App, bool) {
 			}
 			msg = field + ": the secret " + strings.TrimPrefix(msg, "secret: ")
 		}
+		if field == "api_base" {
+			msg = shownURLProblem(msg, a.APIBase)
+		}
 		at := f[field]
 		if at == nil {
 			at = n
 		}
 		p.addf(at, where, "%s", msg)
 	}
+	if len(p.problems) == before {
+		p.account(f["appid"], where, a, i, accounts)
+	}
 	return a, len(p.problems) == before
+}
+
+// account refuses a second app of one upstream account: two classic apps
+// on one appid invalidate each other's tokens (each mint ends the other's
+// token five minutes later), and any two share one token cache in Redis.
+// A classic and a stable app on one appid are apart: WeChat keeps their
+// tokens separate. WeCom apps of one corp differ by their secret.
+func (p *parser) account(at *yaml.Node, where string, a App, i int, accounts map[string]int) {
+	api := a.TokenAPI
+	if a.Provider == wechat.ProviderWeChat && api == "" {
+		api = wechat.TokenAPIClassic
+	}
+	key := a.Provider + "\x00" + api + "\x00" + a.AppID
+	if a.Provider == wechat.ProviderWeCom {
+		key += "\x00" + string(a.Secret)
+	}
+	first, dup := accounts[key]
+	if !dup {
+		accounts[key] = i
+		return
+	}
+	switch {
+	case api == wechat.TokenAPIClassic:
+		p.addf(at, where, "appid: %s is also the classic appid of apps[%d]: each app's mints would end the other's token; configure the account once", a.AppID, first)
+	case a.Provider == wechat.ProviderWeCom:
+		p.addf(at, where, "appid: corpid %s with the same secret is also apps[%d]: configure the WeCom app once", a.AppID, first)
+	default:
+		p.addf(at, where, "appid: %s is also the stable appid of apps[%d]: configure the account once", a.AppID, first)
+	}
 }
 
 // name checks an app or client name.
@@ -270,7 +309,8 @@ func validNameRune(r rune) bool {
 
 // secret reads a secret from exactly one of env and file, reporting
 // problems with field names what+"_env" and what+"_file". It never puts the
-// secret in a problem.
+// secret in a problem, nor a variable name or path that looks like one
+// (see secretShaped): a user may have pasted the secret there.
 func (p *parser) secret(entry *yaml.Node, f map[string]*yaml.Node, where, what, env, file string) (string, bool) {
 	envField, fileField := what+"_env", what+"_file"
 	switch {
@@ -278,26 +318,46 @@ func (p *parser) secret(entry *yaml.Node, f map[string]*yaml.Node, where, what, 
 		p.addf(f[fileField], where, "%s and %s: give one, not both", envField, fileField)
 		return "", false
 	case env != "":
+		shown := "environment variable " + env
+		if secretShaped(env) {
+			shown = "the environment variable named there (not shown: it looks like a secret; name the variable, not its value)"
+		}
+		if !envName(env) {
+			p.addf(f[envField], where, "%s: not an environment variable name (letters, digits and '_'); name the variable holding the %s, not the %s itself", envField, what, what)
+			return "", false
+		}
 		v, ok := p.src.LookupEnv(env)
 		switch {
 		case !ok:
-			p.addf(f[envField], where, "%s: environment variable %s is not set", envField, env)
+			p.addf(f[envField], where, "%s: %s is not set", envField, shown)
 			return "", false
 		case v == "":
-			p.addf(f[envField], where, "%s: environment variable %s is empty", envField, env)
+			p.addf(f[envField], where, "%s: %s is empty", envField, shown)
 			return "", false
 		}
 		return v, true
 	case file != "":
 		path := p.src.path(file)
+		shown := path
+		if secretShaped(file) {
+			shown = "the file named there (not shown: its name looks like a secret; name the file, not its contents)"
+		}
 		data, err := p.src.ReadFile(path)
 		if err != nil {
-			p.addf(f[fileField], where, "%s: %v", fileField, err)
+			var pe *fs.PathError
+			if errors.As(err, &pe) {
+				err = pe.Err // the path is shown below, when it may be
+			}
+			if errors.Is(err, errTooLong) {
+				p.addf(f[fileField], where, "%s: %s is longer than %d bytes", fileField, shown, MaxSecretFileBytes)
+			} else {
+				p.addf(f[fileField], where, "%s: %s cannot be read: %v", fileField, shown, err)
+			}
 			return "", false
 		}
 		v := strings.TrimRight(string(data), "\r\n")
 		if v == "" {
-			p.addf(f[fileField], where, "%s: %s is empty", fileField, path)
+			p.addf(f[fileField], where, "%s: %s is empty", fileField, shown)
 			return "", false
 		}
 		return v, true
@@ -308,7 +368,10 @@ func (p *parser) secret(entry *yaml.Node, f map[string]*yaml.Node, where, what, 
 
 // clientFields are the keys of an auth.clients entry; "token" is
 // recognised only to refuse it with advice.
-var clientFields = []string{"name", "token_env", "token_file", "locks", "apps", "token"}
+var clientFields = []string{"name", "token_env", "token_file", "locks", "apps", "limits", "admin", "token"}
+
+// limitFields are the keys of a client's limits.
+var limitFields = []string{"waiters", "keepalives", "refreshes_per_hour"}
 
 func (p *parser) auth(n *yaml.Node, apps map[string]int) *Auth {
 	const empty = "auth: no clients; list them, or remove auth to turn authentication off"
@@ -340,7 +403,54 @@ func (p *parser) auth(n *yaml.Node, apps map[string]int) *Auth {
 		tokens[string(c.Token)] = c.Name
 		a.Clients = append(a.Clients, c)
 	}
+	p.warnings = append(p.warnings, prefixWarnings(a.Clients)...)
 	return a
+}
+
+// boolean reads an optional true/false field.
+func (p *parser) boolean(f map[string]*yaml.Node, where, field string) bool {
+	n := f[field]
+	if isNull(n) {
+		return false
+	}
+	var v bool
+	if n.Kind != yaml.ScalarNode || n.Tag != "!!bool" || n.Decode(&v) != nil {
+		p.addf(n, where, "%s: must be true or false", field)
+		return false
+	}
+	return v
+}
+
+// count reads an optional whole number of at least 0.
+func (p *parser) count(f map[string]*yaml.Node, where, field string) int {
+	n := f[field]
+	if isNull(n) {
+		return 0
+	}
+	var v int
+	if n.Kind != yaml.ScalarNode || n.Tag != "!!int" || n.Decode(&v) != nil || v < 0 || v > MaxLimit {
+		p.addf(n, where, "%s: must be a whole number from 0 to %d", field, MaxLimit)
+		return 0
+	}
+	return v
+}
+
+// limits reads a client's optional limits mapping.
+func (p *parser) limits(n *yaml.Node, where string) Limits {
+	if isNull(n) {
+		return Limits{}
+	}
+	if n.Kind != yaml.MappingNode {
+		p.addf(n, where, "limits: must be a mapping with %s", strings.Join(limitFields, ", "))
+		return Limits{}
+	}
+	where += ": limits"
+	f := p.fields(n, where, limitFields...)
+	return Limits{
+		Waiters:          p.count(f, where, "waiters"),
+		KeepAlives:       p.count(f, where, "keepalives"),
+		RefreshesPerHour: p.count(f, where, "refreshes_per_hour"),
+	}
 }
 
 func (p *parser) client(n *yaml.Node, i int, names, apps map[string]int) (Client, bool) {
@@ -359,6 +469,8 @@ func (p *parser) client(n *yaml.Node, i int, names, apps map[string]int) (Client
 	c.TokenFile = p.str(f, where, "token_file")
 	c.Locks = p.strs(f, where, "locks")
 	c.Apps = p.strs(f, where, "apps")
+	c.Admin = p.boolean(f, where, "admin")
+	c.Limits = p.limits(f["limits"], where)
 
 	p.name(n, f["name"], where, c.Name)
 	if first, dup := names[c.Name]; dup && c.Name != "" {

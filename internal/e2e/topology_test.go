@@ -16,11 +16,12 @@ import (
 
 // TestSentinelFailover runs lockd on a Sentinel deployment (1 master, 1
 // replica, 3 sentinels) through a forced failover: lockd keeps serving once
-// the new master is in place, and fencing tokens keep rising across it.
+// the new master is in place (after the data-loss grace, shortened here),
+// and fencing tokens keep rising across it.
 func TestSentinelFailover(t *testing.T) {
 	t.Parallel()
 	st := redistest.StartSentinel(t)
-	p := startLockd(t, nil, "--redis="+strings.Join(st.SentinelAddrs(), ","), "--redis-master="+st.MasterName())
+	p := startLockd(t, nil, "--redis="+strings.Join(st.SentinelAddrs(), ","), "--redis-master="+st.MasterName(), "--data-loss-grace=2s")
 	lc := lockdv1.NewLockServiceClient(p.dial(t))
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()

@@ -45,10 +45,14 @@
 // difference. Alike on both: redis.call/pcall, TIME (two strings), PUBLISH
 // (reaches SUBSCRIBE clients), SET with PX/NX/KEEPTTL/GET, PEXPIRE (also
 // GT), PEXPIREAT, PTTL, PEXPIRETIME, INCRBY, HSET/HGET/HDEL/HGETALL/HLEN/
-// HINCRBY/HEXISTS/HMGET, ZADD (NX/XX/GT/CH)/ZREM/ZRANGEBYSCORE/ZRANGE/
+// HINCRBY/HEXISTS/HMGET (HSET and HDEL of several fields counting only new
+// and removed ones; HMGET and HGETALL of a missing key),
+// ZADD (NX/XX/GT/CH)/ZREM/ZRANGEBYSCORE/ZRANGE/
 // ZREMRANGEBYSCORE/ZCARD/ZSCORE/ZRANK/ZCOUNT, 16-digit scores,
 // redis.error_reply/status_reply, redis.sha1hex, redis.log, cjson
 // round-trips, string.format('%d'/'%.0f') and tonumber on 16-digit numbers,
+// string.match/gmatch/sub and plain string.find with the patterns the lock
+// record uses, table.insert/remove/concat and unpack,
 // integral numbers as redis.call arguments, integer replies beyond 2^31,
 // nested tables, EVALSHA with go-redis's NOSCRIPT fallback (Script.Run), and
 // no key expiring while a script runs. Different:
@@ -71,9 +75,13 @@
 // Publishing is synchronous: miniredis hands each message to the
 // subscriber's connection while it holds its global lock, so a subscriber
 // that stops reading stalls the whole store once the socket buffers fill.
+// Connections made with Dial queue the store's writes in memory instead, so
+// there a subscriber that stops reading costs memory rather than a stall.
 package embedded
 
 import (
+	"context"
+	"net"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -93,8 +101,9 @@ const (
 	tickCostFactor = 10
 )
 
-// Store is an in-process Redis-compatible server on a loopback port whose
-// keys expire with the real clock.
+// Store is an in-process Redis-compatible server whose keys expire with the
+// real clock: on a loopback port (Start), or reachable only from its own
+// process (StartPrivate).
 type Store struct {
 	mr        *miniredis.Miniredis
 	stop      chan struct{} // closed by Close to stop the clock goroutine
@@ -103,13 +112,32 @@ type Store struct {
 	step      atomic.Int64 // the clock's current step, a time.Duration
 }
 
-// Start starts a Store listening on a random port of 127.0.0.1.
+// Start starts a Store listening on a random port of 127.0.0.1, without a
+// password: any process on the host may connect. It serves tests and
+// examples; lockd itself uses StartPrivate.
 func Start() (*Store, error) {
+	return start(func(mr *miniredis.Miniredis) error { return mr.StartAddr("127.0.0.1:0") })
+}
+
+// StartPrivate starts a Store that no other process can reach: it has no
+// listener at all, and Dial is the only way in.
+func StartPrivate() (*Store, error) {
+	return start(func(mr *miniredis.Miniredis) error {
+		// Dial starts the server without a listener.
+		c, err := mr.Dial()
+		if err != nil {
+			return err
+		}
+		return c.Close()
+	})
+}
+
+func start(serve func(*miniredis.Miniredis) error) (*Store, error) {
 	mr := miniredis.NewMiniRedis()
 	now := realClock()
 	mr.SetTime(now())
 	mr.ClockTTL(true)
-	if err := mr.StartAddr("127.0.0.1:0"); err != nil {
+	if err := serve(mr); err != nil {
 		return nil, err
 	}
 	s := &Store{mr: mr, stop: make(chan struct{}), done: make(chan struct{})}
@@ -117,8 +145,26 @@ func Start() (*Store, error) {
 	return s, nil
 }
 
-// Addr returns the address clients connect to, "127.0.0.1:port".
-func (s *Store) Addr() string { return s.mr.Addr() }
+// Addr returns the address clients connect to, "127.0.0.1:port"; empty for
+// a Store from StartPrivate.
+func (s *Store) Addr() string {
+	if srv := s.mr.Server(); srv == nil || srv.Addr() == nil {
+		return ""
+	}
+	return s.mr.Addr()
+}
+
+// Dial opens an in-memory connection to the store, for go-redis's
+// Options.Dialer: it needs no listener.
+func (s *Store) Dial(context.Context, string, string) (net.Conn, error) {
+	srv := s.mr.Server()
+	if srv == nil {
+		return nil, net.ErrClosed
+	}
+	c, end := connPair()
+	srv.ServeConn(end)
+	return c, nil
+}
 
 // Close stops the clock and the server and closes its connections. It is
 // safe to call more than once.

@@ -187,6 +187,35 @@ func TestLuaAsTheLockScriptsUseIt(t *testing.T) {
 					redis.call('HMGET', KEYS[1], 'b', 'zz')}`,
 			redis: outcome{val: []any{1, "2", "false", 1, []any{"b", "2"}, 5000000000, 1, []any{"2", nil}}},
 		},
+		"HSET counts only new fields, HDEL what it removed, with unpack spreading the arguments": {
+			script: `local args = {'a', '1', 'b', '2'}
+				local first = redis.call('HSET', KEYS[1], unpack(args))
+				local again = redis.call('HSET', KEYS[1], 'a', '3', 'c', '4')
+				local gone = redis.call('HDEL', KEYS[1], unpack({'a', 'zz', 'c'}))
+				return {first, again, gone, redis.call('HLEN', KEYS[1])}`,
+			redis: outcome{val: []any{2, 1, 2, 1}},
+		},
+		"HMGET of a missing key returns false for each field, and HGETALL an empty list": {
+			script: `local v = redis.call('HMGET', KEYS[1], 'a', 'b')
+				return {#v, tostring(v[1]), tostring(v[2]), #redis.call('HGETALL', KEYS[1])}`,
+			redis: outcome{val: []any{2, "false", "false", 0}},
+		},
+		"string.match with sets, escapes and anchors, as the lease record is read": {
+			script: `local mode, count, keeper, attempts, owner =
+					string.match('w|2|K_-9|a1,b-2|host:1|x', '^([rwp])|(%d+)|([%w_%-]*)|([%w_,%-]*)|(.*)$')
+				local none = string.match('x|2|||o', '^([rwp])|(%d+)|')
+				return {mode, count, keeper, attempts, owner, tostring(none), string.match('ra:req', '^(%a+):')}`,
+			redis: outcome{val: []any{"w", "2", "K_-9", "a1,b-2", "host:1|x", "nil", "ra"}},
+		},
+		"string.gmatch, plain string.find and the table functions": {
+			script: `local list = {}
+				for x in string.gmatch('a,b,,c', '[^,]+') do table.insert(list, x) end
+				table.remove(list, 1)
+				local found = string.find(',a.b,', ',a.b,', 1, true)
+				local dot = string.find(',axb,', ',a.b,', 1, true)
+				return {table.concat(list, ','), #list, found, tostring(dot), string.sub('l:abc', 3)}`,
+			redis: outcome{val: []any{"b,c", 2, 1, "nil", "abc"}},
+		},
 		"sorted-set commands": {
 			script: `redis.call('ZADD', KEYS[1], 1, 'a', 2, 'b', 3, 'c', 4, 'd')
 				local rem = redis.call('ZREM', KEYS[1], 'b')

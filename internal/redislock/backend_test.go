@@ -39,6 +39,18 @@ var contract = []struct {
 	{"HandoffIsWokenByRelease", contractHandoffIsWokenByRelease},
 	{"WaitEnds", contractWaitEnds},
 	{"MutualExclusionUnderContention", contractMutualExclusionUnderContention},
+	{"RetriesReplayTheirFirstResult", contractRetriesReplayTheirFirstResult},
+	{"KeeperReleasesTheWholeLeaseOnlyIfNewest", contractKeeperReleasesTheWholeLeaseOnlyIfNewest},
+	{"InconsistentRecordIsLost", contractInconsistentRecordIsLost},
+	{"Election", contractElection},
+	{"ElectionInvalidRequests", contractElectionInvalidRequests},
+	{"Observe", contractObserve},
+	{"LeadershipIsKeptAndLost", contractLeadershipIsKeptAndLost},
+	{"OneLeaderAtATime", contractOneLeaderAtATime},
+	{"Semaphore", contractSemaphore},
+	{"SemaphoreEdges", contractSemaphoreEdges},
+	{"AtMostLimitPermits", contractAtMostLimitPermits},
+	{"BusyAnswersNameTheHolder", contractBusyAnswersNameTheHolder},
 }
 
 // backend is one store the contract runs against. Cases sharing a store

@@ -1,20 +1,73 @@
 -- common.lua is prepended to every lock script. It holds the record layout
 -- and the bookkeeping every operation starts and ends with.
 --
--- Every script takes the same first three KEYS, all under one hash tag:
---   KEYS[1] state   HASH  fence -> last fencing token issued
---                         wl -> lease_id of the write holder, if any
---                         o:<mode>:<owner> -> that owner's lease_id in <mode>
---                         l:<lease_id> -> "<mode>|<hold_count>|<fencing_token>|<ttl_ms>|<owner>"
---   KEYS[2] holders ZSET  lease_id -> expire time (ms, Redis clock)
---   KEYS[3] writers ZSET  waiting writer id -> end of its wait (ms, Redis clock)
--- Expiry is decided only by Redis's own clock (TIME).
+-- A lock is ONE Redis hash, KEYS[1] = <prefix>:{<key>}, so that eviction or
+-- expiry takes all of it or nothing. Its fields:
+--
+--   fence            last fencing token issued for the key
+--   w                lease_id of the write holder, if any
+--   nl               number of leases held
+--   nw               number of writers waiting
+--   nr               number of remembered request results (ra:, rr:)
+--   qs               arrival counter of waiting writers
+--   due              no lease, waiting writer or remembered result expires
+--                    before this (ms, Redis clock): purge walks the hash only
+--                    once it has passed, so operations stay O(1)
+--   last             nothing expires after this (ms): the hash expires
+--                    GRACE_MS later
+--   lim              while semaphore permits are held: the semaphore's
+--                    limit. Absent (zero) otherwise; then no lease is a
+--                    permit. A key is a lock or a semaphore, never both.
+--   ev               an election's leader and its value:
+--                    "<lease_id>|<value>". The key's write holder leads the
+--                    election while ev names its lease (proclaim.lua sets
+--                    it: a campaign as soon as it holds the lock, then the
+--                    leader at will); an ev naming any other lease is stale
+--                    and means no leader. The term is the leader's fencing
+--                    token.
+--   l:<lease_id>     a lease: "<mode>|<hold_count>|<fencing_token>|<ttl_ms>|
+--                    <owner>"; mode is r (read), w (write; an election's
+--                    leader is one) or p (a semaphore permit)
+--   x:<lease_id>     its changing part: "<expire_ms>|<keeper>|<attempts>";
+--                    keeper is the id of the lease's newest KeepAlive;
+--                    attempts lists the Acquire attempts (newest last, at most
+--                    MAX_ATTEMPTS) whose hold the lease still counts, so an
+--                    attempt whose reply was lost can be undone exactly. (Two
+--                    fields keep each value short, and with it the hash in
+--                    Redis's compact encoding.)
+--   o:<mode>:<owner> that owner's lease_id in that mode (reentrancy)
+--   q:<waiter_id>    a waiting writer: "<seq>|<deadline_ms>"; seq is its
+--                    place in arrival order
+--   ra:<request_id>  an Acquire's first result, replayed to its retries:
+--                    "<expire_ms>|<owner_given>|<lease_id>|<mode>|<hold_count>|
+--                    <fencing_token>|<ttl_ms>|<owner>"
+--   rr:<request_id>  a Release's first result: "<expire_ms>|<lease_id>|<hold_count>"
+--
+-- Leases, waiters and results each carry their own expiry; purge drops them
+-- when it passes. Any state a script cannot make sense of (a field that does
+-- not decode, a counter that disagrees, a pointer to nothing) is treated as
+-- lost: the hash is wiped but for its fencing counter, so its holders get
+-- NOT_FOUND and nobody is ever counted as holding it twice.
+--
+-- Channels (not keys): <prefix>:{<key>}:released wakes waiters when a
+-- hold ends; <prefix>:{<key>}:leader tells an election's observers that
+-- its leader or value changed (proclaim and resign publish it;
+-- a lease that simply expires publishes nothing: observers re-check at
+-- the leader's expiry).
+--
+-- KEYS[2], where a script takes it, is the data-loss marker of the lock's
+-- hash slot: a string lockd creates at start-up holding "hold until" (ms). A
+-- missing marker means Redis lost its data since; the script recreates it
+-- holding new grants back for ARGV grace, so holders of leases that vanished
+-- learn first. Expiry is decided only by Redis's own clock (TIME).
 
-local state, holders, writers = KEYS[1], KEYS[2], KEYS[3]
+local rec = KEYS[1]
 
--- GRACE_MS is how long the state outlives its last holder or waiter, so the
+-- GRACE_MS is how long the hash outlives the last thing it serves, so the
 -- fencing counter survives quick release/acquire cycles.
 local GRACE_MS = 1000
+-- MAX_ATTEMPTS bounds the attempts a lease remembers for undoing.
+local MAX_ATTEMPTS = 32
 
 local t = redis.call('TIME')
 local now_ms = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
@@ -24,76 +77,410 @@ local function num(x)
   return string.format('%.0f', x)
 end
 
--- decode splits a lease record into its fields.
-local function decode(rec)
-  local mode, count, token, ttl, owner = string.match(rec, '^(%a)|(%d+)|(%d+)|(%d+)|(.*)$')
-  return {mode = mode, count = tonumber(count), token = tonumber(token), ttl = tonumber(ttl), owner = owner}
+-- h is the hash's header, read once per script; save writes back the
+-- fields that changed since (was holds them as read).
+local h = {}
+local was = {}
+
+local HEADER = {'fence', 'nl', 'nw', 'nr', 'qs', 'due', 'last', 'lim'}
+
+-- lost_record reports whether this script found the record inconsistent.
+local lost_record = false
+
+local function load()
+  local v = redis.call('HMGET', rec, 'fence', 'nl', 'nw', 'nr', 'qs', 'due', 'last', 'lim', 'w')
+  local ok = true
+  for i, name in ipairs(HEADER) do
+    if v[i] then
+      h[name] = tonumber(v[i])
+      if not h[name] then ok = false end
+    else
+      h[name] = (name == 'due') and nil or 0
+    end
+  end
+  h.w = v[9] or nil
+  for i, name in ipairs(HEADER) do
+    if v[i] then was[name] = h[name] end
+  end
+  return ok
 end
 
-local function encode(l)
-  return l.mode .. '|' .. num(l.count) .. '|' .. num(l.token) .. '|' .. num(l.ttl) .. '|' .. l.owner
+-- save writes back the header fields that changed. A counter at zero, and
+-- due when nothing is due, are left out of the hash (absent reads as zero).
+local function save()
+  local set, del = {}, {}
+  for _, name in ipairs(HEADER) do
+    local v = h[name]
+    if v == 0 and name ~= 'fence' then v = nil end
+    if v and v ~= was[name] then
+      table.insert(set, name)
+      table.insert(set, num(v))
+    elseif not v and was[name] then
+      table.insert(del, name)
+    end
+  end
+  if #set > 0 then
+    redis.call('HSET', rec, unpack(set))
+  end
+  if #del > 0 then
+    redis.call('HDEL', rec, unpack(del))
+  end
 end
 
--- get_lease returns the record of a held lease, or nil. Lease fields have
--- their own prefix, so no lease_id can name another field.
-local function get_lease(id)
-  local rec = redis.call('HGET', state, 'l:' .. id)
-  if not rec then
+-- expires notes an expiry in due and last.
+local function expires(at)
+  if not h.due or at < h.due then h.due = at end
+  if at > h.last then h.last = at end
+end
+
+-- lose wipes an inconsistent record, keeping only a fencing counter that
+-- every later token exceeds.
+local function lose()
+  lost_record = true
+  local fence = math.max(h.fence or 0, now_us)
+  redis.call('DEL', rec)
+  h = {fence = fence, nl = 0, nw = 0, nr = 0, qs = 0, due = nil, last = now_ms, lim = 0}
+  was = {}
+end
+
+-- decode reads a lease from its two fields, or returns nil.
+local function decode(ls, xs)
+  if not ls or not xs then
     return nil
   end
-  return decode(rec)
+  local mode, count, token, ttl, owner = string.match(ls, '^([rwp])|(%d+)|(%d+)|(%d+)|(.*)$')
+  local exp, keeper, attempts = string.match(xs, '^(%d+)|([%w_%-]*)|([%w_,%-]*)$')
+  if not mode or not exp or tonumber(count) < 1 then
+    return nil
+  end
+  return {mode = mode, count = tonumber(count), token = tonumber(token), ttl = tonumber(ttl),
+    expire = tonumber(exp), keeper = keeper, attempts = attempts, owner = owner}
 end
 
-local function put_lease(id, l)
-  redis.call('HSET', state, 'l:' .. id, encode(l))
+-- get_lease returns the record of a held lease, or nil. A lease that does
+-- not decode makes the whole record lost. Lease fields have their own
+-- prefix, so no lease_id can name another field.
+local function get_lease(id)
+  local v = redis.call('HMGET', rec, 'l:' .. id, 'x:' .. id)
+  if not v[1] and not v[2] then
+    return nil
+  end
+  local l = decode(v[1], v[2])
+  if not l then
+    lose()
+    return nil
+  end
+  if l.expire <= now_ms then
+    return nil
+  end
+  return l
+end
+
+-- put_lease writes a lease, with extra field-value pairs if given.
+local function put_lease(id, l, extra)
+  local args = {'l:' .. id, l.mode .. '|' .. num(l.count) .. '|' .. num(l.token) .. '|' .. num(l.ttl) .. '|' .. l.owner,
+    'x:' .. id, num(l.expire) .. '|' .. l.keeper .. '|' .. l.attempts}
+  for _, v in ipairs(extra or {}) do table.insert(args, v) end
+  redis.call('HSET', rec, unpack(args))
+  expires(l.expire)
+end
+
+-- drop removes one lease and everything that points at it.
+local function drop(id, l)
+  local fields = {'l:' .. id, 'x:' .. id, 'o:' .. l.mode .. ':' .. l.owner}
+  if h.w == id then
+    table.insert(fields, 'w')
+    h.w = nil
+  end
+  redis.call('HDEL', rec, unpack(fields))
+  h.nl = h.nl - 1
+end
+
+-- has_attempt, add_attempt and remove_attempt keep a lease's attempt list.
+local function has_attempt(l, a)
+  return string.find(',' .. l.attempts .. ',', ',' .. a .. ',', 1, true) ~= nil
+end
+
+local function add_attempt(l, a)
+  local list = {}
+  for x in string.gmatch(l.attempts, '[^,]+') do table.insert(list, x) end
+  table.insert(list, a)
+  while #list > MAX_ATTEMPTS do table.remove(list, 1) end
+  l.attempts = table.concat(list, ',')
+end
+
+local function remove_attempt(l, a)
+  local list = {}
+  for x in string.gmatch(l.attempts, '[^,]+') do
+    if x ~= a then table.insert(list, x) end
+  end
+  l.attempts = table.concat(list, ',')
 end
 
 local function publish(channel, command)
   redis.call(command, channel, 'released')
 end
 
--- drop removes one lease and everything that points at it.
-local function drop(id, l)
-  redis.call('HDEL', state, 'l:' .. id, 'o:' .. l.mode .. ':' .. l.owner)
-  if l.mode == 'w' then
-    redis.call('HDEL', state, 'wl')
+-- scan walks the whole hash: it drops what has expired, recounts, and
+-- finds due and last anew, or loses a record that does not add up. It
+-- tells whether a lease was dropped.
+local function scan()
+  local all = redis.call('HGETALL', rec)
+  local nl, nw, nr, np = 0, 0, 0, 0
+  local due, last = nil, now_ms
+  local leases, xs, live, owners, gone, expired = {}, {}, {}, {}, {}, {}
+  local dropped = false
+  local was = {l = 0, q = 0, ra = 0, rr = 0} -- expired entries of each kind
+  local function note(at)
+    if not due or at < due then due = at end
+    if at > last then last = at end
   end
-  redis.call('ZREM', holders, id)
-end
-
--- purge forgets leases whose time is up and writers that stopped waiting,
--- and tells whether any lease was dropped.
-local function purge()
-  local gone = redis.call('ZRANGEBYSCORE', holders, '-inf', now_ms)
-  for _, id in ipairs(gone) do
-    local l = get_lease(id)
-    if l then
-      drop(id, l)
-    else
-      redis.call('ZREM', holders, id)
+  for i = 1, #all, 2 do
+    local f, v = all[i], all[i + 1]
+    local kind = string.match(f, '^(%a+):')
+    if kind == 'l' then
+      leases[string.sub(f, 3)] = v
+    elseif kind == 'x' then
+      xs[string.sub(f, 3)] = v
+    elseif kind == 'o' then
+      table.insert(owners, {f, v})
+    elseif kind == 'q' or kind == 'ra' or kind == 'rr' then
+      local at = tonumber(string.match(v, kind == 'q' and '^%d+|(%d+)$' or '^(%d+)|'))
+      if not at then
+        lose()
+        return true
+      end
+      if at <= now_ms then
+        table.insert(gone, f)
+        was[kind] = was[kind] + 1
+      else
+        if kind == 'q' then nw = nw + 1 else nr = nr + 1 end
+        note(at)
+      end
     end
   end
-  redis.call('ZREMRANGEBYSCORE', writers, '-inf', now_ms)
-  return #gone > 0
+  for id, x in pairs(xs) do
+    if not leases[id] then
+      lose()
+      return true
+    end
+  end
+  for id, ls in pairs(leases) do
+    local l = decode(ls, xs[id])
+    if not l then
+      lose()
+      return true
+    end
+    if l.expire <= now_ms then
+      local o = 'o:' .. l.mode .. ':' .. l.owner
+      table.insert(gone, 'l:' .. id)
+      table.insert(gone, 'x:' .. id)
+      table.insert(gone, o)
+      expired[o] = true
+      if h.w == id then h.w = nil; table.insert(gone, 'w') end
+      dropped = true
+      was.l = was.l + 1
+    else
+      live[id] = l
+      nl = nl + 1
+      if l.mode == 'p' then np = np + 1 end
+      note(l.expire)
+    end
+  end
+  -- The counters agree with what the hash holds.
+  if nl + was.l ~= h.nl or nw + was.q ~= h.nw or nr + was.ra + was.rr ~= h.nr then
+    lose()
+    return true
+  end
+  -- Every owner pointer names its live lease, or one that just expired.
+  for _, o in ipairs(owners) do
+    local l = live[o[2]]
+    local fits = l and ('o:' .. l.mode .. ':' .. l.owner) == o[1]
+    if not fits and not expired[o[1]] then
+      lose()
+      return true
+    end
+  end
+  if h.w and (not live[h.w] or live[h.w].mode ~= 'w') then
+    lose()
+    return true
+  end
+  -- Permits only under a limit, never more than it, never beside a lock.
+  if (np > 0 and (h.lim == 0 or np ~= nl or np > h.lim)) or (h.lim > 0 and np < nl) then
+    lose()
+    return true
+  end
+  if #gone > 0 then
+    redis.call('HDEL', rec, unpack(gone))
+  end
+  h.nl, h.nw, h.nr, h.due, h.last = nl, nw, nr, due, last
+  return dropped
 end
 
--- tidy gives every key of the lock an expiry just past the last lease or
--- wait it serves, so nothing outlives its use.
+-- purge forgets what has run out, walking the hash only when something
+-- is due, and tells whether any lease was dropped.
+local function purge()
+  if h.due and h.due <= now_ms then
+    return scan()
+  end
+  return false
+end
+
+-- begin loads the header and loses a record that does not add up.
+local function begin()
+  if not load() or h.nl < 0 or h.nw < 0 or h.nr < 0 or (h.w and h.nl < 1) then
+    lose()
+  end
+  return purge()
+end
+
+-- tidy writes the header back and gives the hash an expiry just past the
+-- last thing it serves, so nothing outlives its use.
 local function tidy()
-  local last = now_ms
-  local h = redis.call('ZRANGE', holders, -1, -1, 'WITHSCORES')
-  if h[2] then last = math.max(last, tonumber(h[2])) end
-  local w = redis.call('ZRANGE', writers, -1, -1, 'WITHSCORES')
-  if w[2] then last = math.max(last, tonumber(w[2])) end
-  local px = num(last - now_ms + GRACE_MS)
-  redis.call('PEXPIRE', state, px)
-  if h[2] then redis.call('PEXPIRE', holders, px) end
-  if w[2] then redis.call('PEXPIRE', writers, px) end
+  if h.nl == 0 then
+    -- No permit held: the semaphore's limit is free to change.
+    h.lim = 0
+  end
+  if h.nl == 0 and h.nw == 0 and h.nr > 0 then
+    -- Only remembered results are left: find exactly how long they last.
+    scan()
+  end
+  if h.nl == 0 and h.nw == 0 and h.nr == 0 then
+    if h.fence == 0 then
+      -- Never granted, nothing to keep: leave no trace.
+      return
+    end
+    h.due, h.last = nil, now_ms
+  end
+  save()
+  redis.call('PEXPIRE', rec, num(math.max(h.last, now_ms) - now_ms + GRACE_MS))
 end
 
--- lease_reply is the reply for a lease that is held.
-local function lease_reply(status, id, l)
-  local exp = tonumber(redis.call('ZSCORE', holders, id))
-  return {status, id, l.mode, l.count, l.token, l.ttl, exp, now_ms, l.owner}
+-- check_marker reads the data-loss marker (KEYS[2], if given) and returns
+-- until when new grants are held back. A missing marker means Redis lost
+-- lockd's data: it is made again, holding grants back for grace_ms.
+local function check_marker(grace_ms)
+  local marker = KEYS[2]
+  if not marker then
+    return 0
+  end
+  local m = redis.call('GET', marker)
+  local hold = m and tonumber(m)
+  if not hold then
+    hold = now_ms + grace_ms
+    redis.call('SET', marker, num(hold))
+  end
+  return hold
 end
 
+-- replay answers a retried grant request. A request whose first result
+-- (ra:<request>) names a lease still held gets that result back
+-- unchanged, as {2, now, hold, ...} like lease_reply, if it comes from the
+-- same caller: the same mode and, when the first call named its owner, the
+-- same owner; an owner-less first call replays only to an owner-less retry.
+-- Otherwise replay returns nil and the request id to go on with: '' when
+-- the id is another caller's (then this call is a new request, and does
+-- not take the first one's place).
+local function replay(request, mode, given, owner, hold)
+  if request == '' then
+    return nil, ''
+  end
+  local r = redis.call('HGET', rec, 'ra:' .. request)
+  if not r then
+    return nil, request
+  end
+  local exp, r_given, id, r_mode, count, token, r_ttl, r_owner =
+    string.match(r, '^(%d+)|([01])|([^|]*)|(%a)|(%d+)|(%d+)|(%d+)|(.*)$')
+  if not (exp and tonumber(exp) > now_ms and get_lease(id)) then
+    return nil, request
+  end
+  if r_mode == mode and r_given == given and (given == '0' or r_owner == owner) then
+    return {2, now_ms, hold, id, r_mode, tonumber(count), tonumber(token), tonumber(r_ttl), tonumber(exp), r_owner}, request
+  end
+  return nil, ''
+end
+
+-- remember keeps a grant's result for retries of request ('' for none).
+local function remember(request, given, id, l)
+  if request ~= '' and redis.call('HSET', rec, 'ra:' .. request, table.concat({num(l.expire), given, id, l.mode,
+      num(l.count), num(l.token), num(l.ttl), l.owner}, '|')) == 1 then
+    h.nr = h.nr + 1
+  end
+end
+
+-- reentered adds a hold to the lease the owner holds in mode, if any, and
+-- returns its id and record. The lease never gets shorter: it runs until
+-- the later of its expiry and now + ttl, and keeps the longer of its ttl
+-- and this one. An owner pointer to no lease loses the record.
+local function reentered(mode, owner, ttl)
+  local own = redis.call('HGET', rec, 'o:' .. mode .. ':' .. owner)
+  if not own then
+    return nil
+  end
+  local l = get_lease(own)
+  if not l then
+    if not lost_record then
+      lose()
+    end
+    return nil
+  end
+  l.count = l.count + 1
+  l.ttl = math.max(l.ttl, ttl)
+  l.expire = math.max(l.expire, now_ms + ttl)
+  return own, l
+end
+
+-- new_lease counts a fresh lease with the next fencing token and returns
+-- its record (the caller writes it).
+local function new_lease(mode, owner, ttl)
+  local token = math.max(h.fence + 1, now_us)
+  h.fence = token
+  h.nl = h.nl + 1
+  return {mode = mode, count = 1, token = token, ttl = ttl, expire = now_ms + ttl, keeper = '', attempts = '', owner = owner}
+end
+
+-- writer_lease returns the lease id if it holds the key for writing (an
+-- election's leader does), else nil and why: -1 it is not held, -6 it is
+-- held otherwise (it leads no election).
+local function writer_lease(id)
+  local l = get_lease(id)
+  if not l then
+    return nil, -1
+  end
+  if h.w ~= id then
+    return nil, -6
+  end
+  return l
+end
+
+-- holder returns the owner of a lease holding the key, for a busy answer:
+-- the write holder's (writer is its lease, if known), else that of the
+-- first live lease a short walk of the hash finds; '' when none is found.
+local function holder(writer)
+  if writer then
+    return writer.owner
+  end
+  if h.nl == 0 then
+    return ''
+  end
+  local cursor = '0'
+  for _ = 1, 4 do
+    local r = redis.call('HSCAN', rec, cursor, 'MATCH', 'l:*', 'COUNT', 32)
+    cursor = r[1]
+    for i = 1, #r[2], 2 do
+      local l = decode(r[2][i + 1], redis.call('HGET', rec, 'x:' .. string.sub(r[2][i], 3)))
+      if l and l.expire > now_ms then
+        return l.owner
+      end
+    end
+    if cursor == '0' then
+      break
+    end
+  end
+  return ''
+end
+
+-- lease_reply is the reply for a held lease.
+local function lease_reply(status, hold, id, l)
+  return {status, now_ms, hold, id, l.mode, l.count, l.token, l.ttl, l.expire, l.owner}
+end

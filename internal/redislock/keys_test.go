@@ -4,8 +4,11 @@ import (
 	"errors"
 	"strings"
 	"testing"
+	"time"
 	"unicode"
 	"unicode/utf8"
+
+	"github.com/redis/go-redis/v9"
 )
 
 func TestValidateKey(t *testing.T) {
@@ -55,11 +58,13 @@ func TestHashTagKeepsKeysApartAndInOneSlot(t *testing.T) {
 			t.Errorf("keys %q and %q share tag %q", k, other, tag)
 		}
 		seen[tag] = k
-		ks := newKeySet("lockd", k)
-		for _, name := range []string{ks.holders, ks.writers, ks.channel, ks.requestPrefix + "x"} {
-			if !strings.HasPrefix(name, "lockd:{"+tag+"}:") {
-				t.Errorf("%q does not share the hash tag of %q", name, ks.state)
-			}
+		c := &Client{prefix: "lockd", lossGrace: time.Second, cluster: &redis.ClusterClient{}}
+		ks := c.keys(k)
+		if ks.record != "lockd:{"+tag+"}" || ks.channel != ks.record+":released" {
+			t.Errorf("keys of %q: %+v", k, ks)
+		}
+		if slotOf(markerTag(ks.marker)) != slotOf(tag) {
+			t.Errorf("marker %q is not in the slot of %q", ks.marker, ks.record)
 		}
 	}
 }
@@ -85,4 +90,26 @@ func FuzzValidateKey(f *testing.F) {
 			}
 		}
 	})
+}
+
+// markerTag is the hash tag of a marker key.
+func markerTag(marker string) string {
+	return marker[strings.Index(marker, "{")+1 : strings.LastIndex(marker, "}")]
+}
+
+// TestSlotTagsCoverEverySlot checks the marker tags: one per slot, each in
+// its slot, and slotOf agreeing with Redis Cluster's CRC16 on known values.
+func TestSlotTagsCoverEverySlot(t *testing.T) {
+	t.Parallel()
+	// Values from the Redis Cluster specification and CLUSTER KEYSLOT.
+	for tag, slot := range map[string]int{"123456789": 12739, "foo": 12182, "bar": 5061, "": 0} {
+		if got := slotOf(tag); got != slot {
+			t.Errorf("slotOf(%q) = %d, want %d", tag, got, slot)
+		}
+	}
+	for slot, tag := range slotTags() {
+		if slotOf(tag) != slot {
+			t.Fatalf("tag %q of slot %d is in slot %d", tag, slot, slotOf(tag))
+		}
+	}
 }

@@ -4,6 +4,13 @@
 // clock. Blocking waits are woken by Redis pub/sub (sharded pub/sub on Redis
 // Cluster), with a bounded re-check that covers lost messages.
 //
+// Each lock is one Redis hash (see keys.go and common.lua), so Redis keeps
+// all of it or none. A call whose reply is lost is undone exactly
+// (acquire.go); KeepAlive renewals are batched per Redis node (renewer.go);
+// with Options.DataLossGrace the engine notices Redis losing its data and
+// holds new grants back (dataloss.go); CheckEviction refuses a Redis that
+// may evict lock keys (eviction.go).
+//
 // The package has no gRPC types and can be used as a Go library on its own.
 package redislock
 
@@ -13,7 +20,10 @@ import (
 	"encoding/base64"
 	"errors"
 	"fmt"
+	"io"
+	"log/slog"
 	"strconv"
+	"sync"
 	"time"
 
 	"github.com/redis/go-redis/v9"
@@ -25,8 +35,15 @@ var (
 	ErrInvalidKey = errors.New("redislock: invalid key")
 	// ErrInvalidTTL is returned for a lease span that is not positive.
 	ErrInvalidTTL = errors.New("redislock: invalid ttl")
-	// ErrInvalidMode is returned for a mode other than Read or Write.
+	// ErrInvalidMode is returned for a mode other than Read, Write or
+	// Permit.
 	ErrInvalidMode = errors.New("redislock: invalid mode")
+	// ErrInvalidLimit is returned for a permit asked for with a limit below
+	// 1.
+	ErrInvalidLimit = errors.New("redislock: invalid limit")
+	// ErrLimitMismatch is returned for a permit asked for with another
+	// limit than the one of the key's permits held.
+	ErrLimitMismatch = errors.New("redislock: limit differs from the one of the permits held")
 	// ErrNotHeld is returned when a lease is not held: it expired, was
 	// released, or never existed.
 	ErrNotHeld = errors.New("redislock: lease not held")
@@ -35,6 +52,13 @@ var (
 	ErrUpgrade = errors.New("redislock: read lease cannot be upgraded to write")
 	// ErrClosed is returned by calls on a closed Client.
 	ErrClosed = errors.New("redislock: client closed")
+	// ErrNotReplicated is returned when Options.WaitReplicas replicas did
+	// not confirm a grant or renewal in time; a grant is given back.
+	ErrNotReplicated = errors.New("redislock: not confirmed by enough replicas")
+	// ErrKeyInUse is returned when a key is asked for as one kind while it
+	// is held as another: a lock (or election) while semaphore permits are
+	// held, or a permit while the lock is held.
+	ErrKeyInUse = errors.New("redislock: key is in use as another kind")
 )
 
 // Mode is how a lease holds its key.
@@ -46,29 +70,40 @@ const (
 	Read Mode = 1
 	// Write is an exclusive hold.
 	Write Mode = 2
+	// Permit is one of a semaphore's permits: at most Request.Limit of a
+	// key's are held at once.
+	Permit Mode = 3
 )
 
-// String returns "read" or "write".
+// String returns "read", "write" or "permit".
 func (m Mode) String() string {
 	switch m {
 	case Read:
 		return "read"
 	case Write:
 		return "write"
+	case Permit:
+		return "permit"
 	}
 	return "mode(" + strconv.Itoa(int(m)) + ")"
 }
 
 func (m Mode) arg() string {
-	if m == Read {
+	switch m {
+	case Read:
 		return "r"
+	case Permit:
+		return "p"
 	}
 	return "w"
 }
 
 func parseMode(s string) Mode {
-	if s == "r" {
+	switch s {
+	case "r":
 		return Read
+	case "p":
+		return Permit
 	}
 	return Write
 }
@@ -95,14 +130,25 @@ type Lease struct {
 
 	// remaining is ExpireTime less Redis's clock when the reply was made.
 	remaining time.Duration
+	// hold is when grants held back after a data loss resume (ms, Redis
+	// clock), and now Redis's clock at the reply.
+	hold, now int64
+	// sent is when the call that granted the lease was sent: the lease
+	// runs at least until sent + remaining.
+	sent time.Time
 }
 
 // Request asks for a hold on a key.
 type Request struct {
 	// Key is the lock's name; see ValidateKey.
 	Key string
-	// Mode is Read or Write.
+	// Mode is Read, Write or Permit.
 	Mode Mode
+	// Limit is, for Mode Permit, how many permits of the key may be held
+	// at once; every holder must give the same (ErrLimitMismatch). A key
+	// whose permits are held is a semaphore: asking it for Read or Write,
+	// or a key held so for a Permit, gives ErrKeyInUse.
+	Limit int
 	// Owner names the holder; the same owner asking again in the same mode
 	// re-enters its lease. Empty means a fresh, unique owner.
 	Owner string
@@ -112,8 +158,18 @@ type Request struct {
 	// also ends with ctx.
 	Wait time.Duration
 	// RequestID, when set, makes retries idempotent: a repeated RequestID
-	// for the same key while its lease is held returns that lease again.
+	// for the same key, while the lease it was granted is held, returns the
+	// first call's result unchanged. It replays only to the same mode and
+	// owner (an owner-less first call only to owner-less retries). When the
+	// reply to a call with a RequestID is lost, its grant is kept for the
+	// retry to claim; without one, the grant is undone.
 	RequestID string
+	// BeforeWait, if set, is called once when the first try found the key
+	// busy and the call is about to wait, never for a call that gets the
+	// lock at once or does not wait: callers count waiters with it. An
+	// error ends the call with that error; otherwise done is called when
+	// the wait ends.
+	BeforeWait func() (done func(), err error)
 }
 
 // Result is the outcome of Acquire.
@@ -125,6 +181,14 @@ type Result struct {
 	// RetryAfter is how long the current holders' leases still run when
 	// the lock was not acquired.
 	RetryAfter time.Duration
+	// Holder is the owner of a lease holding the key when the lock was not
+	// acquired: the write holder, or one of the readers; empty when none
+	// holds it (writers wait for it, or grants are held back) and for
+	// permits.
+	Holder string
+	// Available is, for Mode Permit, how many permits of the key were free
+	// after the call.
+	Available int
 }
 
 // Options tune a Client. The zero value is ready to use.
@@ -139,6 +203,26 @@ type Options struct {
 	MaxRecheck time.Duration
 	// Observer, if set, is told about grants, waits and lost leases.
 	Observer Observer
+	// DataLossGrace, when positive, turns on the watch for Redis losing
+	// its data (a restart without persistence, a failover to a lagging
+	// replica): KeepAlives whose leases vanished end at once, and new
+	// grants wait this long, so holders learn first. Set it to the longest
+	// lease a holder may believe it has (bounded as the operator sees
+	// fit). Zero leaves the watch off: for a store whose data dies only
+	// with the process, or locks whose loss costs little.
+	DataLossGrace time.Duration
+	// WatchInterval is how often each Redis master is asked whether it
+	// restarted or failed over, with DataLossGrace; default 500ms.
+	WatchInterval time.Duration
+	// WaitReplicas, when positive, reports a grant or renewal only once
+	// that many replicas have it (Redis WAIT), so a failover to one of
+	// them keeps it; a grant they do not confirm within WaitTimeout is
+	// given back and fails with ErrNotReplicated.
+	WaitReplicas int
+	// WaitTimeout bounds each WAIT; default 1s.
+	WaitTimeout time.Duration
+	// Logger receives the engine's rare messages (data loss); default none.
+	Logger *slog.Logger
 }
 
 // Observer receives events for metrics. Its methods must be fast and safe
@@ -151,7 +235,7 @@ type Observer interface {
 	Waited(mode Mode, waited time.Duration)
 	// Released is called when a lease ends by Release, with how long it was held.
 	Released(mode Mode, held time.Duration)
-	// Lost is called when KeepAlive finds its lease gone.
+	// Lost is called when KeepAlive finds a lease gone that it had renewed.
 	Lost()
 }
 
@@ -160,12 +244,26 @@ type Observer interface {
 // waiters.
 type Client struct {
 	rdb        redis.UniversalClient
+	cluster    *redis.ClusterClient // nil unless rdb is one
 	prefix     string
 	publish    string
 	maxRecheck time.Duration
 	obs        Observer
+	log        *slog.Logger
 	subs       *subscriber
 	renewer    *renewer
+
+	lossGrace     time.Duration
+	watchInterval time.Duration
+	loss          *lossWatch // nil without DataLossGrace
+	waitReplicas  int
+	waitTimeout   time.Duration
+
+	// undos are the clean-ups of lost replies still retrying; Close gives
+	// them a moment to land.
+	undos   sync.WaitGroup
+	closing chan struct{}
+	closed  sync.Once
 }
 
 // New returns a Client on rdb, which may be a *redis.Client, a Sentinel
@@ -177,8 +275,14 @@ func New(rdb redis.UniversalClient, opts Options) *Client {
 	if opts.MaxRecheck <= 0 {
 		opts.MaxRecheck = 2 * time.Second
 	}
-	_, cluster := rdb.(*redis.ClusterClient)
-	sharded := opts.Sharded || cluster
+	if opts.WatchInterval <= 0 {
+		opts.WatchInterval = 500 * time.Millisecond
+	}
+	if opts.WaitTimeout <= 0 {
+		opts.WaitTimeout = time.Second
+	}
+	cc, _ := rdb.(*redis.ClusterClient)
+	sharded := opts.Sharded || cc != nil
 	publish := "PUBLISH"
 	if sharded {
 		publish = "SPUBLISH"
@@ -187,214 +291,61 @@ func New(rdb redis.UniversalClient, opts Options) *Client {
 	if obs == nil {
 		obs = nopObserver{}
 	}
-	return &Client{
-		rdb:        rdb,
-		prefix:     opts.Prefix,
-		publish:    publish,
-		maxRecheck: opts.MaxRecheck,
-		obs:        obs,
-		subs:       newSubscriber(rdb, sharded),
-		renewer:    newRenewer(rdb),
+	log := opts.Logger
+	if log == nil {
+		log = slog.New(slog.NewTextHandler(io.Discard, nil))
 	}
+	c := &Client{
+		rdb:           rdb,
+		cluster:       cc,
+		prefix:        opts.Prefix,
+		publish:       publish,
+		maxRecheck:    opts.MaxRecheck,
+		obs:           obs,
+		log:           log,
+		subs:          newSubscriber(rdb, sharded),
+		lossGrace:     opts.DataLossGrace,
+		watchInterval: opts.WatchInterval,
+		waitReplicas:  opts.WaitReplicas,
+		waitTimeout:   opts.WaitTimeout,
+		closing:       make(chan struct{}),
+	}
+	c.renewer = newRenewer(c)
+	if c.lossGrace > 0 {
+		c.loss = newLossWatch(c)
+	}
+	return c
 }
 
-// Close stops the Client's subscriptions and renewals. It does not close rdb.
+// Close stops the Client's subscriptions, renewals and watch, after giving
+// clean-ups of lost replies still under way a moment to land. It does not
+// close rdb.
 func (c *Client) Close() error {
-	c.renewer.close()
+	c.closed.Do(func() {
+		done := make(chan struct{})
+		go func() {
+			c.undos.Wait()
+			close(done)
+		}()
+		select {
+		case <-done:
+		case <-time.After(closeWait):
+		}
+		close(c.closing)
+		if c.loss != nil {
+			c.loss.close()
+		}
+		c.renewer.close()
+	})
 	return c.subs.close()
 }
+
+// closeWait bounds how long Close waits for clean-ups still retrying.
+const closeWait = 2 * time.Second
 
 // Ping checks that Redis answers.
 func (c *Client) Ping(ctx context.Context) error {
 	return c.rdb.Ping(ctx).Err()
-}
-
-// Acquire asks for a hold on req.Key in req.Mode, waiting up to req.Wait
-// (bounded by ctx) when the key is busy. Not getting the lock in time is not
-// an error: the Result says Acquired false with the holders' RetryAfter.
-func (c *Client) Acquire(ctx context.Context, req Request) (Result, error) {
-	if err := ValidateKey(req.Key); err != nil {
-		return Result{}, err
-	}
-	if req.Mode != Read && req.Mode != Write {
-		return Result{}, fmt.Errorf("%w: %d", ErrInvalidMode, req.Mode)
-	}
-	if req.TTL < time.Millisecond {
-		return Result{}, fmt.Errorf("%w: ttl must be at least 1ms, got %v", ErrInvalidTTL, req.TTL)
-	}
-	ownerGiven := req.Owner != ""
-	if !ownerGiven {
-		req.Owner = "lockd-" + newID()
-	}
-	ks := newKeySet(c.prefix, req.Key)
-	a := attempt{c: c, ks: ks, req: req, ownerGiven: ownerGiven, leaseID: newID(), waiter: newID(), start: time.Now()}
-
-	if req.Wait <= 0 {
-		res, err := a.try(ctx, 0)
-		return a.finish(ctx, res, err)
-	}
-	deadline := a.start.Add(req.Wait)
-	if d, ok := ctx.Deadline(); ok && d.Before(deadline) {
-		deadline = d
-	}
-	res, err := a.try(ctx, time.Until(deadline))
-	if err != nil || res.Acquired {
-		return a.finish(ctx, res, err)
-	}
-	wake, done, err := c.subs.subscribe(ctx, ks.channel, deadline, c.maxRecheck)
-	if err != nil {
-		a.unwait()
-		if errors.Is(err, context.DeadlineExceeded) && ctx.Err() == nil {
-			err = nil // the wait ended before the subscription was confirmed
-		}
-		return a.finish(ctx, res, err)
-	}
-	defer done()
-	timer := time.NewTimer(0)
-	defer timer.Stop()
-	for {
-		left := time.Until(deadline)
-		if left <= 0 {
-			break
-		}
-		// Re-check after subscribing, and after every wake-up.
-		res, err = a.try(ctx, left)
-		if err != nil || res.Acquired {
-			return a.finish(ctx, res, err)
-		}
-		timer.Reset(min(res.RetryAfter, time.Until(deadline), c.maxRecheck))
-		select {
-		case <-wake:
-		case <-timer.C:
-		case <-ctx.Done():
-			a.unwait()
-			if errors.Is(ctx.Err(), context.DeadlineExceeded) {
-				// The caller's deadline ends the wait like wait_timeout.
-				return a.finish(ctx, res, nil)
-			}
-			return a.finish(ctx, res, ctx.Err())
-		}
-	}
-	a.unwait()
-	return a.finish(ctx, res, nil)
-}
-
-// attempt is one Acquire call: its lease id (used if a new lease is granted)
-// and its waiter id (used while it queues as a writer).
-type attempt struct {
-	c          *Client
-	ks         keySet
-	req        Request
-	ownerGiven bool
-	leaseID    string
-	waiter     string
-	start      time.Time
-	queued     bool
-	replayed   bool // the grant is a retried request_id's first result
-}
-
-func (a *attempt) try(ctx context.Context, wait time.Duration) (Result, error) {
-	keys := []string{a.ks.state, a.ks.holders, a.ks.writers}
-	if a.req.RequestID != "" {
-		keys = append(keys, a.ks.requestPrefix+"acquire:"+a.req.RequestID)
-	}
-	waitMs := int64(0)
-	if wait > 0 {
-		// A queued writer holds readers back only a few re-checks ahead;
-		// each re-check extends it. A writer whose process dies stops
-		// blocking readers soon, not when its whole wait would end.
-		waitMs = max(1, min(wait, 3*a.c.maxRecheck).Milliseconds())
-	}
-	given := "0"
-	if a.ownerGiven {
-		given = "1"
-	}
-	reply, err := acquireScript.Run(ctx, a.c.rdb, keys,
-		a.req.Mode.arg(), a.req.Owner, a.leaseID, a.req.TTL.Milliseconds(), waitMs, a.waiter, given).Slice()
-	if err != nil {
-		// The script may have run with its reply lost: give back what it
-		// may have granted or queued.
-		queued := a.queued || waitMs > 0 && a.req.Mode == Write
-		a.queued = false
-		go a.abandon(queued)
-		return Result{}, err
-	}
-	switch status(reply) {
-	case 1, 2:
-		l, err := parseLease(a.req.Key, reply)
-		if err != nil {
-			return Result{}, err
-		}
-		a.queued = false
-		a.replayed = status(reply) == 2
-		return Result{Acquired: true, Lease: l}, nil
-	case 0:
-		a.queued = a.queued || waitMs > 0 && a.req.Mode == Write
-		return Result{RetryAfter: msArg(reply, 1)}, nil
-	case -2:
-		return Result{}, fmt.Errorf("%w: key %q", ErrUpgrade, a.req.Key)
-	}
-	return Result{}, fmt.Errorf("redislock: unexpected acquire reply %v", reply)
-}
-
-// finish reports the outcome, and gives back a lease granted to a caller
-// that has gone away meanwhile, so it leaves nothing behind.
-func (a *attempt) finish(ctx context.Context, res Result, err error) (Result, error) {
-	waited := time.Since(a.start)
-	if err == nil && res.Acquired && ctx.Err() != nil {
-		// Only a hold this call added is given back, and only when no
-		// retry with the same request id could claim it.
-		if !a.replayed && a.req.RequestID == "" {
-			bg, cancel := context.WithTimeout(context.WithoutCancel(ctx), time.Second)
-			defer cancel()
-			_, _ = a.c.Release(bg, a.req.Key, res.Lease.ID, "")
-		}
-		return Result{}, ctx.Err()
-	}
-	if err != nil {
-		return Result{}, err
-	}
-	if res.Acquired {
-		if res.Lease.ID == a.leaseID && !a.replayed {
-			a.c.obs.Granted(a.req.Mode, waited)
-		}
-	} else if a.req.Wait > 0 {
-		a.c.obs.Waited(a.req.Mode, waited)
-	}
-	return res, nil
-}
-
-// abandon gives back a lease this attempt may have been granted without
-// hearing of it (unless a retry with its request id can claim it), and
-// withdraws it from the writers' queue. A lease id is only ever granted to
-// the attempt that made it up, so this touches no one else's hold.
-func (a *attempt) abandon(queued bool) {
-	ctx, cancel := context.WithTimeout(context.Background(), time.Second)
-	defer cancel()
-	if a.req.RequestID == "" {
-		// With a request id the caller retries and gets the grant back.
-		_, _ = a.c.Release(ctx, a.req.Key, a.leaseID, "")
-	}
-	if queued {
-		a.withdraw(ctx)
-	}
-}
-
-// unwait withdraws a queued writer, so the readers it held back go in now
-// rather than when its wait would have ended.
-func (a *attempt) unwait() {
-	if !a.queued {
-		return
-	}
-	ctx, cancel := context.WithTimeout(context.Background(), time.Second)
-	defer cancel()
-	a.withdraw(ctx)
-	a.queued = false
-}
-
-func (a *attempt) withdraw(ctx context.Context) {
-	_ = unwaitScript.Run(ctx, a.c.rdb, []string{a.ks.state, a.ks.holders, a.ks.writers},
-		a.waiter, a.ks.channel, a.c.publish).Err()
 }
 
 // Release takes one hold away from the lease and returns the hold count
@@ -404,25 +355,31 @@ func (c *Client) Release(ctx context.Context, key, leaseID, requestID string) (u
 	if err := ValidateKey(key); err != nil {
 		return 0, err
 	}
-	ks := newKeySet(c.prefix, key)
-	keys := []string{ks.state, ks.holders, ks.writers}
-	if requestID != "" {
-		keys = append(keys, ks.requestPrefix+"release:"+requestID)
-	}
-	reply, err := releaseScript.Run(ctx, c.rdb, keys, leaseID, ks.channel, c.publish).Slice()
+	return c.release(ctx, c.keys(key), key, leaseID, requestID, "")
+}
+
+func (c *Client) release(ctx context.Context, ks keySet, key, leaseID, requestID, keeper string) (uint32, error) {
+	reply, err := releaseScript.Run(ctx, c.rdb, ks.scriptKeys(false), leaseID, requestID, ks.channel, c.publish, keeper).Slice()
 	if err != nil {
 		return 0, err
 	}
-	if status(reply) != 1 || len(reply) < 2 {
+	switch status(reply) {
+	case -3:
+		return 0, errNotKeeper
+	case 1:
+	default:
 		return 0, notHeld(key)
 	}
-	n, _ := reply[1].(int64)
+	n := intAt(reply, 1)
 	if n == 0 && len(reply) == 4 {
 		mode, _ := reply[2].(string)
-		c.obs.Released(parseMode(mode), msArg(reply, 3))
+		c.obs.Released(parseMode(mode), time.Duration(intAt(reply, 3))*time.Millisecond)
 	}
 	return uint32(n), nil
 }
+
+// errNotKeeper reports that a newer KeepAlive keeps the lease.
+var errNotKeeper = errors.New("redislock: a newer KeepAlive keeps the lease")
 
 // Renew extends the lease to ttl from now by Redis's clock; ttl zero keeps
 // the lease's own span. A lease that is not held gives ErrNotHeld.
@@ -433,69 +390,20 @@ func (c *Client) Renew(ctx context.Context, key, leaseID string, ttl time.Durati
 	if ttl < 0 {
 		return Lease{}, fmt.Errorf("%w: ttl must not be negative, got %v", ErrInvalidTTL, ttl)
 	}
-	ks := newKeySet(c.prefix, key)
-	reply, err := renewScript.Run(ctx, c.rdb, []string{ks.state, ks.holders, ks.writers},
-		leaseID, ttl.Milliseconds()).Slice()
+	if err := c.prepared(ctx); err != nil {
+		return Lease{}, err
+	}
+	ks := c.keys(key)
+	reply, err := c.run(ctx, renewScript, ks, ks.scriptKeys(true),
+		leaseID, ttl.Milliseconds(), "", "0", c.lossGrace.Milliseconds())
 	if err != nil {
 		return Lease{}, err
 	}
+	c.noteHold(ks, reply)
 	if status(reply) != 1 {
 		return Lease{}, notHeld(key)
 	}
 	return parseLease(key, reply)
-}
-
-// KeepAlive renews the lease about every ttl/3 (ttl zero keeps the lease's
-// own span) and calls renewed after each renewal, until ctx ends or the lease
-// is lost. It returns an error wrapping ErrNotHeld when the lease is gone, or
-// when renewals kept failing until the lease was about to run out: the
-// holder learns of the loss before anyone else can be granted the lock.
-// Renewals of all leases a Client keeps alive share pipelines.
-func (c *Client) KeepAlive(ctx context.Context, key, leaseID string, ttl time.Duration, renewed func(Lease) error) error {
-	if err := ValidateKey(key); err != nil {
-		return err
-	}
-	if ttl < 0 {
-		return fmt.Errorf("%w: ttl must not be negative, got %v", ErrInvalidTTL, ttl)
-	}
-	ks := newKeySet(c.prefix, key)
-	var (
-		expiry time.Time // by the local clock, erring early
-		span   time.Duration
-	)
-	due := time.Now()
-	for {
-		// Once a renewal has been confirmed, waiting for the next one ends
-		// a little before the lease would run out.
-		rctx, cancel := ctx, context.CancelFunc(func() {})
-		if !expiry.IsZero() {
-			rctx, cancel = context.WithDeadline(ctx, expiry.Add(-span/6))
-		}
-		res := c.renewer.renew(rctx, ks, key, leaseID, ttl, span/10, due)
-		cancel()
-		switch err := res.err; {
-		case ctx.Err() != nil:
-			return ctx.Err()
-		case errors.Is(err, ErrNotHeld):
-			c.obs.Lost()
-			return err
-		case err != nil && expiry.IsZero():
-			return err
-		case err != nil:
-			giveUp := expiry.Add(-span / 6)
-			if !time.Now().Before(giveUp) {
-				c.obs.Lost()
-				return fmt.Errorf("%w: key %q: renewals failed until the lease ran out: %v", ErrNotHeld, key, err)
-			}
-			due = time.Now().Add(min(span/10, time.Until(giveUp)))
-			continue
-		}
-		expiry, span = res.sent.Add(res.lease.remaining), res.lease.TTL
-		if err := renewed(res.lease); err != nil {
-			return err
-		}
-		due = res.sent.Add(span / 3)
-	}
 }
 
 func notHeld(key string) error {
@@ -510,37 +418,44 @@ func status(reply []any) int64 {
 	return n
 }
 
-func msArg(reply []any, i int) time.Duration {
+func strAt(reply []any, i int) string {
+	if i >= len(reply) {
+		return ""
+	}
+	s, _ := reply[i].(string)
+	return s
+}
+
+func intAt(reply []any, i int) int64 {
 	if i >= len(reply) {
 		return 0
 	}
 	n, _ := reply[i].(int64)
-	return time.Duration(n) * time.Millisecond
+	return n
 }
 
-// parseLease reads {status, lease_id, mode, hold_count, fencing_token,
-// ttl_ms, expire_ms, now_ms, owner}.
+// parseLease reads {status, now_ms, hold_ms, lease_id, mode, hold_count,
+// fencing_token, ttl_ms, expire_ms, owner}.
 func parseLease(key string, r []any) (Lease, error) {
-	if len(r) != 9 {
+	if len(r) < 10 {
 		return Lease{}, fmt.Errorf("redislock: unexpected lease reply %v", r)
 	}
-	id, _ := r[1].(string)
-	mode, _ := r[2].(string)
-	count, _ := r[3].(int64)
-	token, _ := r[4].(int64)
-	expire, _ := r[6].(int64)
-	now, _ := r[7].(int64)
-	owner, _ := r[8].(string)
+	id, _ := r[3].(string)
+	mode, _ := r[4].(string)
+	owner, _ := r[9].(string)
+	now, expire := intAt(r, 1), intAt(r, 8)
 	return Lease{
 		Key:          key,
 		ID:           id,
 		Owner:        owner,
 		Mode:         parseMode(mode),
-		FencingToken: uint64(token),
-		TTL:          msArg(r, 5),
+		FencingToken: uint64(intAt(r, 6)),
+		TTL:          time.Duration(intAt(r, 7)) * time.Millisecond,
 		ExpireTime:   time.UnixMilli(expire),
-		HoldCount:    uint32(count),
+		HoldCount:    uint32(intAt(r, 5)),
 		remaining:    time.Duration(expire-now) * time.Millisecond,
+		hold:         intAt(r, 2),
+		now:          now,
 	}, nil
 }
 

@@ -3,12 +3,9 @@ package redislock
 import (
 	"container/heap"
 	"context"
-	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
-
-	"github.com/redis/go-redis/v9"
 )
 
 const (
@@ -21,31 +18,38 @@ const (
 )
 
 // renewer sends the KeepAlive renewals of all leases of a Client. Renewals
-// that fall due close together go out in one pipeline (on Cluster, go-redis
-// splits it into one round trip per node), so ten thousand kept-alive leases
-// cost a few round trips a second rather than thousands. Each renewal is
-// still one script call.
+// that fall due close together go out in one pipeline per Redis node, so ten
+// thousand kept-alive leases cost a few round trips a second rather than
+// thousands; each renewal is still one script call. The pipelines of one
+// batch go out concurrently and each delivers its results as soon as its
+// node answers, so a stalled node delays only the leases it holds.
 type renewer struct {
-	rdb redis.UniversalClient
+	c *Client
+	// base ends the round trips still out when the renewer closes.
+	base       context.Context
+	cancelBase context.CancelFunc
 
 	mu      sync.Mutex
 	queue   renewalQueue
 	wake    chan struct{}
 	stopped chan struct{}
 	done    chan struct{}
+	flushes sync.WaitGroup
 }
 
 // renewal is one scheduled renewal.
 type renewal struct {
-	key, id string
-	ks      keySet
-	ttl     time.Duration // 0 keeps the lease's own
-	due     time.Time
-	early   time.Duration // how much earlier it may go to join a batch
-	until   time.Time     // when the caller stops waiting; zero: never
-	result  chan renewResult
-	dropped atomic.Bool
-	index   int
+	key, id  string
+	ks       keySet
+	ttl      time.Duration // 0 keeps the lease's own
+	keeper   string        // the renewing Keeper
+	register bool          // make keeper the lease's newest
+	due      time.Time
+	early    time.Duration // how much earlier it may go to join a batch
+	until    time.Time     // when the caller stops waiting; zero: never
+	result   chan renewResult
+	dropped  atomic.Bool
+	index    int
 }
 
 type renewResult struct {
@@ -54,26 +58,25 @@ type renewResult struct {
 	err   error
 }
 
-func newRenewer(rdb redis.UniversalClient) *renewer {
-	r := &renewer{rdb: rdb, wake: make(chan struct{}, 1), stopped: make(chan struct{}), done: make(chan struct{})}
+func newRenewer(c *Client) *renewer {
+	r := &renewer{c: c, wake: make(chan struct{}, 1), stopped: make(chan struct{}), done: make(chan struct{})}
+	r.base, r.cancelBase = context.WithCancel(context.Background())
 	go r.run()
 	return r
 }
 
-// renew schedules a renewal at due (or up to early before it, to join a
+// renew schedules rn at rn.due (or up to rn.early before it, to join a
 // batch) and waits for its outcome.
-func (r *renewer) renew(ctx context.Context, ks keySet, key, id string, ttl, early time.Duration, due time.Time) renewResult {
-	rn := &renewal{key: key, id: id, ks: ks, ttl: ttl, due: due, early: min(early, maxEarly), result: make(chan renewResult, 1)}
+func (r *renewer) renew(ctx context.Context, rn *renewal) renewResult {
+	rn.early = min(rn.early, maxEarly)
+	rn.result = make(chan renewResult, 1)
 	rn.until, _ = ctx.Deadline()
 	r.mu.Lock()
 	heap.Push(&r.queue, rn)
 	first := r.queue[0] == rn
 	r.mu.Unlock()
 	if first {
-		select {
-		case r.wake <- struct{}{}:
-		default:
-		}
+		r.poke()
 	}
 	select {
 	case res := <-rn.result:
@@ -89,6 +92,28 @@ func (r *renewer) renew(ctx context.Context, ks keySet, key, id string, ttl, ear
 	case <-r.stopped:
 		return renewResult{err: ErrClosed}
 	}
+}
+
+func (r *renewer) poke() {
+	select {
+	case r.wake <- struct{}{}:
+	default:
+	}
+}
+
+// rush makes every scheduled renewal due now: after Redis lost data, each
+// KeepAlive learns at once whether its lease survived.
+func (r *renewer) rush() {
+	now := time.Now()
+	r.mu.Lock()
+	for _, rn := range r.queue {
+		if rn.due.After(now) {
+			rn.due = now
+		}
+	}
+	heap.Init(&r.queue)
+	r.mu.Unlock()
+	r.poke()
 }
 
 func (r *renewer) run() {
@@ -136,33 +161,64 @@ func (r *renewer) ripe() []*renewal {
 	return batch
 }
 
-// flush sends a batch in one pipeline and hands out the results. Scripts
-// missing from a Redis that restarted are loaded and the batch retried once.
+// flush splits a batch by the Redis node holding each lease and sends each
+// part on its own, concurrently.
 func (r *renewer) flush(batch []*renewal) {
 	if len(batch) == 0 {
 		return
 	}
+	groups := map[string][]*renewal{}
+	if cc := r.c.cluster; cc != nil {
+		ctx, cancel := context.WithTimeout(context.Background(), renewTimeout)
+		for _, rn := range batch {
+			addr := ""
+			if node, err := cc.MasterForKey(ctx, rn.ks.record); err == nil {
+				addr = node.Options().Addr
+			}
+			groups[addr] = append(groups[addr], rn)
+		}
+		cancel()
+	} else {
+		groups[""] = batch
+	}
+	for addr, group := range groups {
+		r.flushes.Add(1)
+		go func() {
+			defer r.flushes.Done()
+			r.send(addr, group)
+		}()
+	}
+}
+
+// send sends one node's renewals in one pipeline and hands out the
+// results. Scripts missing from a Redis that restarted are loaded and the
+// renewals retried once.
+func (r *renewer) send(addr string, group []*renewal) {
 	// The round trip ends at the first deadline of the callers waiting on
 	// it: a lease whose renewal cannot be confirmed in time is given up.
 	until := time.Now().Add(renewTimeout)
-	for _, rn := range batch {
+	for _, rn := range group {
 		if !rn.until.IsZero() && rn.until.Before(until) {
 			until = rn.until
 		}
 	}
-	ctx, cancel := context.WithDeadline(context.Background(), until)
+	ctx, cancel := context.WithDeadline(r.base, until)
 	defer cancel()
 	sent := time.Now()
-	cmds := r.send(ctx, batch)
-	r.resendMissing(ctx, batch, cmds)
-	for i, rn := range batch {
+	cmds, waitErr := r.c.pipelineRenewals(ctx, addr, group)
+	for i, rn := range group {
 		res := renewResult{sent: sent}
 		reply, err := cmds[i].Slice()
+		if err == nil {
+			r.c.noteHold(rn.ks, reply)
+		}
 		switch {
 		case err != nil:
 			res.err = err
 		case status(reply) != 1:
 			res.err = notHeld(rn.key)
+		case waitErr != nil:
+			res.err = waitErr
 		default:
 			res.lease, res.err = parseLease(rn.key, reply)
 		}
@@ -170,41 +226,19 @@ func (r *renewer) flush(batch []*renewal) {
 	}
 }
 
-func (r *renewer) send(ctx context.Context, batch []*renewal) []*redis.Cmd {
-	cmds := make([]*redis.Cmd, len(batch))
-	pipe := r.rdb.Pipeline()
-	for i, rn := range batch {
-		cmds[i] = renewScript.EvalSha(ctx, pipe, rn.keys(), rn.id, rn.ttl.Milliseconds())
+func (rn *renewal) args() []any {
+	register := "0"
+	if rn.register {
+		register = "1"
 	}
-	_, _ = pipe.Exec(ctx)
-	return cmds
-}
-
-// resendMissing sends again, with the script's text, the renewals that met
-// a Redis without the script cached (restarted, or a replica promoted on
-// failover); EVAL caches it there for the next batch.
-func (r *renewer) resendMissing(ctx context.Context, batch []*renewal, cmds []*redis.Cmd) {
-	var pipe redis.Pipeliner
-	for i, c := range cmds {
-		if err := c.Err(); err != nil && strings.HasPrefix(err.Error(), "NOSCRIPT") {
-			if pipe == nil {
-				pipe = r.rdb.Pipeline()
-			}
-			cmds[i] = renewScript.Eval(ctx, pipe, batch[i].keys(), batch[i].id, batch[i].ttl.Milliseconds())
-		}
-	}
-	if pipe != nil {
-		_, _ = pipe.Exec(ctx)
-	}
-}
-
-func (rn *renewal) keys() []string {
-	return []string{rn.ks.state, rn.ks.holders, rn.ks.writers}
+	return []any{rn.id, rn.ttl.Milliseconds(), rn.keeper, register}
 }
 
 func (r *renewer) close() {
 	close(r.stopped)
 	<-r.done
+	r.cancelBase()
+	r.flushes.Wait()
 }
 
 // renewalQueue is a min-heap of renewals by due time.

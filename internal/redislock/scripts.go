@@ -15,11 +15,28 @@ var (
 	releaseLua string
 	//go:embed renew.lua
 	renewLua string
-	//go:embed unwait.lua
-	unwaitLua string
+	//go:embed abandon.lua
+	abandonLua string
+	//go:embed hold.lua
+	holdLua string
+	//go:embed leader.lua
+	leaderLua string
+	//go:embed proclaim.lua
+	proclaimLua string
+	//go:embed resign.lua
+	resignLua string
+	//go:embed semaphore_acquire.lua
+	semaphoreAcquireLua string
 
 	acquireScript = redis.NewScript(commonLua + acquireLua)
 	releaseScript = redis.NewScript(commonLua + releaseLua)
 	renewScript   = redis.NewScript(commonLua + renewLua)
-	unwaitScript  = redis.NewScript(commonLua + unwaitLua)
+	abandonScript = redis.NewScript(commonLua + abandonLua)
+	holdScript    = redis.NewScript(holdLua)
+
+	leaderScript   = redis.NewScript(commonLua + leaderLua)
+	proclaimScript = redis.NewScript(commonLua + proclaimLua)
+	resignScript   = redis.NewScript(commonLua + resignLua)
+
+	semaphoreAcquireScript = redis.NewScript(commonLua + semaphoreAcquireLua)
 )

@@ -24,7 +24,7 @@ func TestWaitersFollowAMovedSlot(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
 	const key = "moving"
-	ks := newKeySet(c.prefix, key)
+	ks := c.keys(key)
 
 	// A waiter subscribes on the slot's master, then gives up.
 	holder, err := c.Acquire(ctx, Request{Key: key, Mode: Write, Owner: "a", TTL: time.Minute})
@@ -42,8 +42,8 @@ func TestWaitersFollowAMovedSlot(t *testing.T) {
 	}
 
 	// Move the (now empty) slot to another master.
-	slot := int(rdb.ClusterKeySlot(ctx, ks.state).Val())
-	from, err := rdb.MasterForKey(ctx, ks.state)
+	slot := int(rdb.ClusterKeySlot(ctx, ks.record).Val())
+	from, err := rdb.MasterForKey(ctx, ks.record)
 	if err != nil {
 		t.Fatal(err)
 	}

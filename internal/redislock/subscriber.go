@@ -25,6 +25,7 @@ type subscriber struct {
 	sharded bool
 
 	mu     sync.Mutex
+	idle   time.Duration // idleAfter; tests shorten it
 	shards map[string]*shard
 	closed bool
 	stop   chan struct{}
@@ -34,6 +35,13 @@ type subscriber struct {
 type shard struct {
 	ps     *redis.PubSub
 	topics map[string]*topic
+	// expect lists, per channel and in the order sent, the SUBSCRIBE and
+	// UNSUBSCRIBE replies lockd asked for and has not had yet. Redis
+	// answers in order, so each reply is matched with what was asked: an
+	// UNSUBSCRIBE reply lockd asked for is never taken for Redis dropping
+	// the channel, and a SUBSCRIBE reply confirms the topic it was sent
+	// for, not an older or newer one of the same channel.
+	expect map[string][]*expectation
 	// queue holds SUBSCRIBE and UNSUBSCRIBE commands, sent in order by one
 	// goroutine so an unsubscribe never overtakes a later subscribe.
 	queue  []command
@@ -45,6 +53,12 @@ type command struct {
 	subscribe bool
 	channels  []string
 	topic     *topic
+}
+
+// expectation is one reply lockd waits for on a channel.
+type expectation struct {
+	subscribe bool
+	topic     *topic // the topic a SUBSCRIBE was sent for
 }
 
 // enqueue adds a command for the shard's sender. s.mu is held.
@@ -67,7 +81,7 @@ type topic struct {
 }
 
 func newSubscriber(rdb redis.UniversalClient, sharded bool) *subscriber {
-	s := &subscriber{rdb: rdb, sharded: sharded, shards: map[string]*shard{}, stop: make(chan struct{})}
+	s := &subscriber{rdb: rdb, sharded: sharded, idle: idleAfter, shards: map[string]*shard{}, stop: make(chan struct{})}
 	s.wg.Add(1)
 	go s.sweep()
 	return s
@@ -165,7 +179,7 @@ func (s *subscriber) openShard(ctx context.Context, key, channel string) *shard 
 	} else {
 		ps = s.rdb.Subscribe(context.WithoutCancel(ctx))
 	}
-	sh := &shard{ps: ps, topics: map[string]*topic{}, signal: make(chan struct{}, 1)}
+	sh := &shard{ps: ps, topics: map[string]*topic{}, expect: map[string][]*expectation{}, signal: make(chan struct{}, 1)}
 	s.shards[key] = sh
 	msgs := ps.ChannelWithSubscriptions(redis.WithChannelSize(1024))
 	s.wg.Add(2)
@@ -190,6 +204,11 @@ func (s *subscriber) send(sh *shard) {
 			}
 			c := sh.queue[0]
 			sh.queue = sh.queue[1:]
+			sent := make([]*expectation, len(c.channels))
+			for i, ch := range c.channels {
+				sent[i] = &expectation{subscribe: c.subscribe, topic: c.topic}
+				sh.expect[ch] = append(sh.expect[ch], sent[i])
+			}
 			s.mu.Unlock()
 
 			ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
@@ -205,6 +224,14 @@ func (s *subscriber) send(sh *shard) {
 				err = sh.ps.Unsubscribe(ctx, c.channels...)
 			}
 			cancel()
+			if err != nil {
+				// Not sent: no reply will come for it.
+				s.mu.Lock()
+				for i, ch := range c.channels {
+					sh.forget(ch, sent[i])
+				}
+				s.mu.Unlock()
+			}
 			if err != nil && c.topic != nil {
 				s.mu.Lock()
 				if tp := c.topic; !tp.confirmed {
@@ -233,48 +260,104 @@ func (sh *shard) shutdown() {
 func (s *subscriber) dispatch(sh *shard, msgs <-chan any) {
 	defer s.wg.Done()
 	for m := range msgs {
-		var channel string
-		resubscribed, dropped := false, false
 		switch m := m.(type) {
 		case *redis.Subscription:
 			switch m.Kind {
 			case "subscribe", "ssubscribe":
-				resubscribed = true
+				s.subscribed(sh, m.Channel)
 			case "unsubscribe", "sunsubscribe":
-				dropped = true
-			default:
-				continue
+				s.unsubscribed(sh, m.Channel)
 			}
-			channel = m.Channel
 		case *redis.Message:
-			channel = m.Channel
+			s.mu.Lock()
+			if tp := sh.topics[m.Channel]; tp != nil {
+				tp.wake()
+			}
+			s.mu.Unlock()
+		}
+	}
+}
+
+// subscribed handles a SUBSCRIBE reply: it confirms the topic it was asked
+// for, or, unasked (go-redis subscribing again after a reconnect, when
+// messages may have been lost), makes the channel's waiters re-check.
+func (s *subscriber) subscribed(sh *shard, channel string) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	q := sh.expect[channel]
+	// UNSUBSCRIBE replies still expected before this one were lost with a
+	// connection: none will come.
+	for len(q) > 0 && !q[0].subscribe {
+		q = q[1:]
+	}
+	var asked *expectation
+	if len(q) > 0 {
+		asked, q = q[0], q[1:]
+	}
+	sh.setExpect(channel, q)
+	tp := sh.topics[channel]
+	if asked != nil && asked.topic != nil {
+		if tp == asked.topic && !tp.confirmed {
+			tp.confirmed = true
+			close(tp.ready)
+		}
+		return
+	}
+	if tp != nil {
+		tp.wake()
+	}
+}
+
+// unsubscribed handles an UNSUBSCRIBE reply. One lockd asked for is
+// expected and changes nothing; an unasked one means Redis dropped the
+// channel (its slot moved to another node): the topic is forgotten, so the
+// next waiter subscribes where the slot lives now, and its waiters
+// re-check.
+func (s *subscriber) unsubscribed(sh *shard, channel string) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	q := sh.expect[channel]
+	for i, e := range q {
+		if !e.subscribe {
+			// Replies before it that did not come were lost with a
+			// connection.
+			sh.setExpect(channel, q[i+1:])
+			return
+		}
+	}
+	if tp := sh.topics[channel]; tp != nil {
+		delete(sh.topics, channel)
+		tp.wake()
+	}
+}
+
+// wake makes every waiter of the topic re-check. s.mu is held.
+func (tp *topic) wake() {
+	for w := range tp.waiters {
+		select {
+		case w <- struct{}{}:
 		default:
-			continue
 		}
-		s.mu.Lock()
-		if tp := sh.topics[channel]; tp != nil {
-			if dropped {
-				// lockd unsubscribes only channels it has already let go
-				// of, so Redis dropped this one (its slot moved to another
-				// node): forget it, so the next waiter subscribes where
-				// the slot lives now, and let current waiters re-check.
-				delete(sh.topics, channel)
-			}
-			if resubscribed && !tp.confirmed {
-				tp.confirmed = true
-				close(tp.ready)
-			} else {
-				// A message, or a subscription restored after a reconnect
-				// (messages may have been lost meanwhile): re-check.
-				for w := range tp.waiters {
-					select {
-					case w <- struct{}{}:
-					default:
-					}
-				}
-			}
+	}
+}
+
+// setExpect stores the replies still expected on channel. s.mu is held.
+func (sh *shard) setExpect(channel string, q []*expectation) {
+	if len(q) == 0 {
+		delete(sh.expect, channel)
+		return
+	}
+	sh.expect[channel] = q
+}
+
+// forget drops one expected reply. s.mu is held.
+func (sh *shard) forget(channel string, e *expectation) {
+	q := sh.expect[channel]
+	for i, x := range q {
+		if x == e {
+			sh.setExpect(channel, append(q[:i:i], q[i+1:]...))
+			return
 		}
-		s.mu.Unlock()
 	}
 }
 
@@ -282,7 +365,7 @@ func (s *subscriber) dispatch(sh *shard, msgs <-chan any) {
 // connections left with no channel.
 func (s *subscriber) sweep() {
 	defer s.wg.Done()
-	tick := time.NewTicker(idleAfter)
+	tick := time.NewTimer(time.Millisecond)
 	defer tick.Stop()
 	for {
 		select {
@@ -291,6 +374,8 @@ func (s *subscriber) sweep() {
 		case <-tick.C:
 		}
 		s.mu.Lock()
+		idleAfter := s.idle
+		tick.Reset(idleAfter)
 		for key, sh := range s.shards {
 			var idle []string
 			for ch, tp := range sh.topics {

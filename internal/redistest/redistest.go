@@ -589,22 +589,31 @@ func waitFor(tb testing.TB, timeout time.Duration, what string, check func(ctx c
 // c has run, from INFO commandstats: for tests that count Redis round trips.
 func ScriptCalls(tb testing.TB, c *redis.Client) int64 {
 	tb.Helper()
+	calls := CommandCalls(tb, c)
+	return calls["eval"] + calls["evalsha"]
+}
+
+// CommandCalls returns how many times the server behind c has run each
+// command, from INFO commandstats, by lower-case name ("evalsha",
+// "publish"; subcommands as "client|setinfo").
+func CommandCalls(tb testing.TB, c *redis.Client) map[string]int64 {
+	tb.Helper()
 	info, err := c.Info(context.Background(), "commandstats").Result()
 	if err != nil {
 		tb.Fatal(err)
 	}
-	var total int64
+	calls := map[string]int64{}
 	for _, line := range strings.Split(info, "\n") {
 		name, stats, ok := strings.Cut(strings.TrimSpace(line), ":")
-		if !ok || (name != "cmdstat_eval" && name != "cmdstat_evalsha") {
+		name, isCmd := strings.CutPrefix(name, "cmdstat_")
+		if !ok || !isCmd {
 			continue
 		}
 		for _, f := range strings.Split(stats, ",") {
 			if v, ok := strings.CutPrefix(f, "calls="); ok {
-				n, _ := strconv.ParseInt(v, 10, 64)
-				total += n
+				calls[name], _ = strconv.ParseInt(v, 10, 64)
 			}
 		}
 	}
-	return total
+	return calls
 }

@@ -5,33 +5,31 @@ package server
 
 import (
 	"context"
+	"crypto/tls"
 	"errors"
 	"fmt"
+	"io"
 	"log/slog"
 	"net"
 	"net/http"
+	"os"
 	"runtime"
-	"runtime/debug"
-	"strings"
 	"time"
 
-	"github.com/grpc-ecosystem/go-grpc-middleware/v2/interceptors/recovery"
 	"github.com/redis/go-redis/v9"
-	"go.opentelemetry.io/otel/trace"
 	"google.golang.org/grpc"
-	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/credentials"
 	"google.golang.org/grpc/health"
 	healthpb "google.golang.org/grpc/health/grpc_health_v1"
-	"google.golang.org/grpc/peer"
 	"google.golang.org/grpc/reflection"
-	"google.golang.org/grpc/status"
 
 	lockdv1 "github.com/lockd/lockd/gen/lockd/v1"
 	"github.com/lockd/lockd/internal/auth"
 	"github.com/lockd/lockd/internal/config"
-	"github.com/lockd/lockd/internal/embedded"
+	"github.com/lockd/lockd/internal/gateway"
+	"github.com/lockd/lockd/internal/httpbound"
 	"github.com/lockd/lockd/internal/redislock"
+	"github.com/lockd/lockd/internal/safetext"
 	"github.com/lockd/lockd/internal/service"
 	"github.com/lockd/lockd/internal/telemetry"
 	"github.com/lockd/lockd/internal/token"
@@ -43,6 +41,12 @@ type Config struct {
 	Listen string
 	// HTTPListen serves /healthz and /readyz; empty turns it off.
 	HTTPListen string
+	// GatewayListen serves the HTTP/JSON gateway; empty turns it off.
+	GatewayListen string
+	// GatewayHosts are host names, besides IP addresses, localhost and
+	// GatewayListen's own host, that the gateway answers to while lockd
+	// runs without authentication and TLS (see gateway.Options.Hosts).
+	GatewayHosts []string
 	// Redis is a redis:// or rediss:// URL, or a comma list of host:port;
 	// empty runs the embedded store.
 	Redis string
@@ -50,6 +54,22 @@ type Config struct {
 	RedisCluster bool
 	// RedisMaster is the Sentinel master name; Redis then lists sentinels.
 	RedisMaster string
+	// RedisAllowEviction starts lockd (with a warning) on a Redis whose
+	// maxmemory-policy may evict lock keys.
+	RedisAllowEviction bool
+	// DataLossGrace is the most that new grants pause after Redis lost its
+	// data; zero turns the watch off.
+	DataLossGrace time.Duration
+	// RedisWaitReplicas, when positive, confirms every grant and renewal
+	// on that many replicas (Redis WAIT).
+	RedisWaitReplicas int
+	// RedisPassword is the Redis password, when it is not in the URL.
+	RedisPassword string
+	// RedisPasswordFile names a file holding the Redis password instead.
+	RedisPasswordFile string
+	// Namespace starts every Redis key and channel, so that deployments can
+	// share one Redis; "lockd" when empty.
+	Namespace string
 	// Reflection serves gRPC server reflection.
 	Reflection bool
 	// TLS names the gRPC listener's certificate files; zero serves
@@ -61,25 +81,44 @@ type Config struct {
 	// TokenService serves, and auth. Nil means no apps (every
 	// GetAccessToken is NOT_FOUND) and no auth.
 	File *config.Config
+	// LoadConfig reads the --config file again; each value on Reload
+	// applies what it returns (clients, tokens, ACLs, limits, apps and
+	// secrets), or keeps the running configuration when it fails.
+	LoadConfig func() (*config.Config, error)
+	// Reload asks for the configuration to be reloaded (SIGHUP).
+	Reload <-chan struct{}
+	// Transport bounds connections and streams; zero means
+	// DefaultTransport.
+	Transport Transport
+	// AuditLog is where the audit log goes: "" nowhere, "-" stderr,
+	// otherwise a file appended to; AuditLevel is its level (INFO: takes
+	// and releases; WARN: force-releases only).
+	AuditLog   string
+	AuditLevel slog.Level
 	// Limits bound what callers may ask for.
 	Limits service.Limits
+	// TokenIdleAfter is how long after the last call for it an app's token
+	// stops being renewed ahead (token.Options.IdleAfter); zero is the
+	// broker's default.
+	TokenIdleAfter time.Duration
 	// ShutdownTimeout bounds the graceful drain on shutdown.
 	ShutdownTimeout time.Duration
 	// HealthInterval is how often Redis is pinged for health.
 	HealthInterval time.Duration
-	// Logger receives lockd's structured logs.
+	// Logger receives lockd's structured logs; every string in them is
+	// escaped (see package safetext).
 	Logger *slog.Logger
+	// Stderr receives the audit log when AuditLog is "-"; os.Stderr when
+	// nil.
+	Stderr io.Writer
 	// Started, if set, is called once lockd serves, with its addresses.
 	Started func(Addrs)
 }
 
 // Addrs are the addresses lockd listens on.
 type Addrs struct {
-	GRPC, HTTP string
+	GRPC, HTTP, Gateway string
 }
-
-// serviceNames are the names health reports on, besides "".
-var serviceNames = []string{lockdv1.LockService_ServiceDesc.ServiceName, lockdv1.TokenService_ServiceDesc.ServiceName}
 
 // Run serves lockd until ctx ends, then shuts down gracefully: health turns
 // NOT_SERVING, KeepAlive streams end so clients resume elsewhere, in-flight
@@ -89,7 +128,20 @@ func Run(ctx context.Context, cfg Config) error {
 	if log == nil {
 		log = slog.Default()
 	}
+	log = slog.New(safetext.Handler(log.Handler()))
 	if err := cfg.Limits.Validate(); err != nil {
+		return err
+	}
+	if cfg.Transport == (Transport{}) {
+		cfg.Transport = DefaultTransport()
+	}
+	if err := cfg.Transport.Validate(); err != nil {
+		return err
+	}
+	if cfg.Namespace == "" {
+		cfg.Namespace = "lockd"
+	}
+	if err := validNamespace(cfg.Namespace); err != nil {
 		return err
 	}
 	if cfg.HealthInterval <= 0 {
@@ -98,19 +150,14 @@ func Run(ctx context.Context, cfg Config) error {
 	if cfg.ShutdownTimeout <= 0 {
 		cfg.ShutdownTimeout = 10 * time.Second
 	}
-	authn, err := newAuthenticator(cfg.File)
+	if cfg.Stderr == nil {
+		cfg.Stderr = os.Stderr
+	}
+	auditLog, closeAudit, err := openAudit(cfg.AuditLog, cfg.AuditLevel, cfg.Stderr)
 	if err != nil {
 		return err
 	}
-	var creds []grpc.ServerOption
-	if cfg.TLS.Enabled() {
-		tc, err := tlsConfig(cfg.TLS)
-		if err != nil {
-			return err
-		}
-		creds = append(creds, grpc.Creds(credentials.NewTLS(tc)))
-	}
-	warnIfExposed(log, cfg.Listen, authn != nil, cfg.TLS)
+	defer closeAudit()
 
 	tel, err := telemetry.Setup(ctx, telemetry.Options{ServiceName: "lockd", ServiceVersion: cfg.Version, Logger: log, Global: true})
 	if err != nil {
@@ -123,6 +170,42 @@ func Run(ctx context.Context, cfg Config) error {
 			log.Warn("telemetry shutdown", "err", err)
 		}
 	}()
+	sec := tel.Security()
+
+	authn := auth.Open(auth.OnRefused(sec.AuthRefused))
+	if err := authn.Replace(authClients(cfg.File)); err != nil {
+		return fmt.Errorf("--config: %w", err)
+	}
+	if cfg.File != nil {
+		for _, w := range cfg.File.Warnings {
+			log.Warn("config: " + w)
+		}
+	}
+	// Refusals are logged as a summary per interval, so that a flood of
+	// them does not flood the log.
+	bgCtx, stopBackground := context.WithCancel(ctx)
+	defer stopBackground()
+	refused := newSummary(log, "refused calls before they started", 10*time.Second)
+	go refused.run(bgCtx)
+	var creds []grpc.ServerOption
+	var gatewayTLS *tls.Config
+	if cfg.TLS.Enabled() {
+		tc, err := newTLS(cfg.TLS, tlsEvents{log: log, reloadFailed: sec.TLSReloadFailed})
+		if err != nil {
+			return err
+		}
+		go tc.watch(bgCtx)
+		sec.RegisterCertificateExpiry(tc.expiry)
+		handshakes := newSummary(log, "failed TLS handshakes", 10*time.Second)
+		go handshakes.run(bgCtx)
+		observed := newObservedCreds(credentials.NewTLS(tc.config), log, sec.TLSHandshakeFailed, handshakes)
+		creds = append(creds, grpc.Creds(gateway.Credentials(observed)))
+		gatewayTLS = tc.config
+	}
+	warnIfExposed(log, cfg.Listen, authn.Enabled(), cfg.TLS)
+	if cfg.GatewayListen != "" {
+		warnIfExposed(log, cfg.GatewayListen, authn.Enabled(), cfg.TLS)
+	}
 
 	redis.SetLogger(redisLogger{log})
 	rdb, closeStore, err := connect(cfg, log)
@@ -134,42 +217,69 @@ func Run(ctx context.Context, cfg Config) error {
 		return fmt.Errorf("telemetry: %w", err)
 	}
 
-	engine := redislock.New(rdb, redislock.Options{Observer: tel.Locks()})
-	defer engine.Close()
-	locks := service.NewLockServer(engine, cfg.Limits, log)
-	tel.RegisterKeepAliveStreams(locks.KeepAliveStreams)
-
-	broker, err := newBroker(rdb, cfg.File, token.Options{Logger: log, Observer: tel.Tokens()})
+	// A Redis found unfit for locks after start-up stops lockd.
+	runCtx, stopRun := context.WithCancelCause(ctx)
+	defer stopRun(nil)
+	engineOpts, err := lockOptions(runCtx, cfg, rdb, log, stopRun)
 	if err != nil {
 		return err
 	}
-	defer broker.Close()
-	tokens := service.NewTokenServer(broker, log)
-	refreshCtx, stopRefresh := context.WithCancel(ctx)
-	refreshed := make(chan struct{})
+	engineOpts.Prefix, engineOpts.Observer = cfg.Namespace, tel.Locks()
+	engine := redislock.New(rdb, engineOpts)
+	defer engine.Close()
+	pctx, pcancel := context.WithTimeout(ctx, 5*time.Second)
+	err = engine.Prepare(pctx)
+	pcancel()
+	if err != nil {
+		log.Warn("could not prepare lockd's data-loss markers yet; lock calls will", "err", err)
+	}
+	lockOpts := []service.Option{}
+	if auditLog != nil {
+		lockOpts = append(lockOpts, service.WithAudit(auditLog))
+	}
+	locks := service.NewLockServer(engine, cfg.Limits, log, lockOpts...)
+	tel.RegisterKeepAliveStreams(locks.KeepAliveStreams)
+
+	tokenOpts := token.Options{Prefix: cfg.Namespace, Logger: log, Observer: tel.Tokens(), IdleAfter: cfg.TokenIdleAfter}
+	broker, err := newBroker(rdb, cfg.File, tokenOpts)
+	if err != nil {
+		return err
+	}
+	tokens := newBrokers(bgCtx, log, broker)
+	defer tokens.close()
+	reloads := &reloader{log: log, load: cfg.LoadConfig, authn: authn, brokers: tokens, rdb: rdb, opts: tokenOpts, metrics: sec}
+	reloadCtx, stopReloads := context.WithCancel(ctx)
+	reloadsDone := make(chan struct{})
 	go func() {
-		defer close(refreshed)
-		broker.RunRefresher(refreshCtx)
+		defer close(reloadsDone)
+		reloads.watch(reloadCtx, cfg.Reload)
 	}()
-	defer func() {
-		stopRefresh()
-		<-refreshed
+	defer func() { // before the brokers and Redis close
+		stopReloads()
+		<-reloadsDone
 	}()
 
 	lis, err := net.Listen("tcp", cfg.Listen)
 	if err != nil {
 		return fmt.Errorf("listen %s: %w", cfg.Listen, err)
 	}
+	lis = cfg.Transport.listener(lis)
 	// Handlers finish their cleanup (queued writers withdrawn, holds given
 	// back) before the engine and Redis close, even after a forced Stop.
 	opts := append(creds, grpc.WaitForHandlers(true),
 		// Reused handler goroutines keep their grown stacks: a fresh
 		// goroutine per call spends a tenth of the CPU growing its stack.
-		grpc.NumStreamWorkers(uint32(runtime.GOMAXPROCS(0))))
+		grpc.NumStreamWorkers(uint32(runtime.GOMAXPROCS(0))),
+		// Calls without a known token are refused as their headers
+		// arrive, before they cost a goroutine or a buffer.
+		grpc.InTapHandle(newGate(authn, cfg.Transport.MaxHealthStreams, refused).tap))
+	opts = append(opts, cfg.Transport.serverOptions()...)
 	opts = append(opts, tel.GRPCServerOptions()...)
 	gs := grpc.NewServer(append(opts, interceptors(log, authn)...)...)
 	lockdv1.RegisterLockServiceServer(gs, locks)
-	lockdv1.RegisterTokenServiceServer(gs, tokens)
+	lockdv1.RegisterTokenServiceServer(gs, tokens.tokens)
+	lockdv1.RegisterElectionServiceServer(gs, service.NewElectionServer(locks))
+	lockdv1.RegisterSemaphoreServiceServer(gs, service.NewSemaphoreServer(locks))
 	hs := health.NewServer()
 	healthpb.RegisterHealthServer(gs, hs)
 	if cfg.Reflection {
@@ -181,6 +291,21 @@ func Run(ctx context.Context, cfg Config) error {
 	go watchHealth(watchCtx, hs, engine.Ping, cfg.HealthInterval, log)
 
 	addrs := Addrs{GRPC: lis.Addr().String()}
+	if cfg.GatewayListen != "" {
+		gw, err := gateway.Start(gs, gateway.Options{Listen: cfg.GatewayListen, TLS: gatewayTLS, Logger: log,
+			Authenticated: authn.Enabled, Hosts: cfg.GatewayHosts, Identify: authn.Identify, MaxConnections: cfg.Transport.MaxConnections})
+		if err != nil {
+			lis.Close()
+			return err
+		}
+		addrs.Gateway = gw.Addr()
+		defer func() { // once the gRPC server has stopped
+			sctx, cancel := context.WithTimeout(context.Background(), time.Second)
+			defer cancel()
+			_ = gw.Shutdown(sctx)
+		}()
+	}
+
 	var httpSrv *http.Server
 	if cfg.HTTPListen != "" {
 		hl, err := net.Listen("tcp", cfg.HTTPListen)
@@ -189,7 +314,12 @@ func Run(ctx context.Context, cfg Config) error {
 			return fmt.Errorf("listen %s: %w", cfg.HTTPListen, err)
 		}
 		addrs.HTTP = hl.Addr().String()
-		httpSrv = &http.Server{Handler: httpHandler(hs, tel.MetricsHandler()), ReadHeaderTimeout: 5 * time.Second}
+		// Anyone who reaches the port may connect: connections, headers
+		// and idle keep-alives are bounded as the gateway's are.
+		httpSrv = &http.Server{Handler: httpHandler(hs, tel.MetricsHandler()), ReadHeaderTimeout: 5 * time.Second,
+			IdleTimeout: gateway.IdleTimeout, WriteTimeout: gateway.WriteTimeout, MaxHeaderBytes: gateway.MaxHeaderBytes,
+			ErrorLog: slog.NewLogLogger(log.Handler(), slog.LevelDebug)}
+		hl = httpbound.Limit(httpSrv, hl, cfg.Transport.MaxConnections)
 		go func() {
 			if err := httpSrv.Serve(hl); err != nil && !errors.Is(err, http.ErrServerClosed) {
 				log.Error("http server", "err", err)
@@ -199,8 +329,9 @@ func Run(ctx context.Context, cfg Config) error {
 
 	served := make(chan error, 1)
 	go func() { served <- gs.Serve(lis) }()
-	log.Info("lockd serving", "grpc", addrs.GRPC, "http", addrs.HTTP, "reflection", cfg.Reflection,
-		"tls", cfg.TLS.Enabled(), "mtls", cfg.TLS.ClientCA != "", "auth", authn != nil, "token_apps", broker.Apps())
+	log.Info("lockd serving", "grpc", addrs.GRPC, "http", addrs.HTTP, "gateway", addrs.Gateway, "reflection", cfg.Reflection,
+		"tls", cfg.TLS.Enabled(), "mtls", cfg.TLS.ClientCA != "", "auth", authn.Enabled(), "token_apps", broker.Apps(),
+		"namespace", cfg.Namespace, "audit", cfg.AuditLog != "")
 	if cfg.Started != nil {
 		cfg.Started(addrs)
 	}
@@ -208,13 +339,20 @@ func Run(ctx context.Context, cfg Config) error {
 	select {
 	case err := <-served:
 		return fmt.Errorf("grpc server: %w", err)
-	case <-ctx.Done():
+	case <-runCtx.Done():
+	}
+	unfit := context.Cause(runCtx)
+	if ctx.Err() != nil {
+		unfit = nil
+	} else {
+		log.Error("stopping: Redis is unfit for locks", "err", unfit)
 	}
 
 	log.Info("shutting down")
 	stopWatch()
 	hs.Shutdown() // every service NOT_SERVING
 	locks.Drain()
+	tokens.tokens.Drain()
 	stopped := make(chan struct{})
 	go func() {
 		gs.GracefulStop()
@@ -232,7 +370,7 @@ func Run(ctx context.Context, cfg Config) error {
 		_ = httpSrv.Shutdown(sctx)
 	}
 	log.Info("stopped")
-	return nil
+	return unfit
 }
 
 // newBroker builds the token broker for the apps of file (none when nil).
@@ -248,231 +386,6 @@ func newBroker(rdb redis.UniversalClient, file *config.Config, opts token.Option
 		return nil, fmt.Errorf("--config: %w", err)
 	}
 	return b, nil
-}
-
-// connect opens the Redis deployment named by cfg, or the embedded store.
-func connect(cfg Config, log *slog.Logger) (redis.UniversalClient, func(), error) {
-	if cfg.Redis == "" {
-		st, err := embedded.Start()
-		if err != nil {
-			return nil, nil, fmt.Errorf("embedded store: %w", err)
-		}
-		log.Warn("no --redis given: serving from the embedded store, for trying lockd only, not for production; locks live in this process alone and vanish with it")
-		rdb := redis.NewClient(&redis.Options{Addr: st.Addr(), ContextTimeoutEnabled: true})
-		return rdb, func() { rdb.Close(); st.Close() }, nil
-	}
-	rdb, err := NewRedisClient(cfg.Redis, cfg.RedisCluster, cfg.RedisMaster)
-	if err != nil {
-		return nil, nil, err
-	}
-	return rdb, func() { rdb.Close() }, nil
-}
-
-// NewRedisClient opens spec: a redis:// or rediss:// URL, or a comma list of
-// host:port (Cluster when more than one, or when cluster is set; sentinels
-// when master names a Sentinel master).
-func NewRedisClient(spec string, cluster bool, master string) (redis.UniversalClient, error) {
-	const timeout = 2 * time.Second
-	if strings.Contains(spec, "://") {
-		opt, err := redis.ParseURL(spec)
-		if err != nil {
-			return nil, fmt.Errorf("--redis: %w", err)
-		}
-		opt.ContextTimeoutEnabled = true
-		if master != "" {
-			return redis.NewFailoverClient(&redis.FailoverOptions{
-				MasterName: master, SentinelAddrs: []string{opt.Addr}, Username: opt.Username, Password: opt.Password,
-				DB: opt.DB, TLSConfig: opt.TLSConfig, ContextTimeoutEnabled: true, DialTimeout: timeout,
-			}), nil
-		}
-		if cluster {
-			return redis.NewClusterClient(&redis.ClusterOptions{
-				Addrs: []string{opt.Addr}, Username: opt.Username, Password: opt.Password,
-				TLSConfig: opt.TLSConfig, ContextTimeoutEnabled: true, DialTimeout: timeout,
-			}), nil
-		}
-		return redis.NewClient(opt), nil
-	}
-	var addrs []string
-	for _, a := range strings.Split(spec, ",") {
-		a = strings.TrimSpace(a)
-		if a == "" {
-			continue
-		}
-		if _, _, err := net.SplitHostPort(a); err != nil {
-			return nil, fmt.Errorf("--redis: %q is not host:port: %w", a, err)
-		}
-		addrs = append(addrs, a)
-	}
-	switch {
-	case len(addrs) == 0:
-		return nil, errors.New("--redis: no address given")
-	case master != "":
-		return redis.NewFailoverClient(&redis.FailoverOptions{MasterName: master, SentinelAddrs: addrs, ContextTimeoutEnabled: true, DialTimeout: timeout}), nil
-	case len(addrs) > 1 || cluster:
-		return redis.NewClusterClient(&redis.ClusterOptions{Addrs: addrs, ContextTimeoutEnabled: true, DialTimeout: timeout}), nil
-	}
-	return redis.NewClient(&redis.Options{Addr: addrs[0], ContextTimeoutEnabled: true, DialTimeout: timeout}), nil
-}
-
-// watchHealth turns every service NOT_SERVING while Redis does not answer,
-// and back to SERVING when it does.
-func watchHealth(ctx context.Context, hs *health.Server, ping func(context.Context) error, every time.Duration, log *slog.Logger) {
-	last := healthpb.HealthCheckResponse_UNKNOWN
-	tick := time.NewTicker(every)
-	defer tick.Stop()
-	for {
-		pctx, cancel := context.WithTimeout(ctx, max(every, 500*time.Millisecond))
-		err := ping(pctx)
-		cancel()
-		if ctx.Err() != nil {
-			return
-		}
-		st := healthpb.HealthCheckResponse_SERVING
-		if err != nil {
-			st = healthpb.HealthCheckResponse_NOT_SERVING
-		}
-		if st != last {
-			if err != nil {
-				log.Warn("redis unreachable: NOT_SERVING", "err", err)
-			} else if last != healthpb.HealthCheckResponse_UNKNOWN {
-				log.Info("redis reachable again: SERVING")
-			}
-			hs.SetServingStatus("", st)
-			for _, name := range serviceNames {
-				hs.SetServingStatus(name, st)
-			}
-			last = st
-		}
-		select {
-		case <-ctx.Done():
-			return
-		case <-tick.C:
-		}
-	}
-}
-
-func httpHandler(hs *health.Server, metrics http.Handler) http.Handler {
-	mux := http.NewServeMux()
-	mux.Handle("GET /metrics", metrics)
-	mux.HandleFunc("GET /healthz", func(w http.ResponseWriter, _ *http.Request) {
-		_, _ = w.Write([]byte("ok\n"))
-	})
-	mux.HandleFunc("GET /readyz", func(w http.ResponseWriter, r *http.Request) {
-		res, err := hs.Check(r.Context(), &healthpb.HealthCheckRequest{})
-		if err != nil || res.GetStatus() != healthpb.HealthCheckResponse_SERVING {
-			http.Error(w, "not ready", http.StatusServiceUnavailable)
-			return
-		}
-		_, _ = w.Write([]byte("ready\n"))
-	})
-	return mux
-}
-
-// interceptors log each call's end (quietly for expected outcomes), turn a
-// panic into INTERNAL without taking the server down, check bearer tokens
-// and ACLs when authn is set, and refuse strings of invalid UTF-8.
-func interceptors(log *slog.Logger, authn *auth.Authenticator) []grpc.ServerOption {
-	recoverOpts := []recovery.Option{
-		recovery.WithRecoveryHandlerContext(func(ctx context.Context, p any) error {
-			log.ErrorContext(ctx, "panic in handler", "panic", p, "stack", string(debug.Stack()))
-			return status.Error(codes.Internal, "internal error")
-		}),
-	}
-	unary := []grpc.UnaryServerInterceptor{
-		logUnary(log),
-		recovery.UnaryServerInterceptor(recoverOpts...),
-	}
-	stream := []grpc.StreamServerInterceptor{
-		logStream(log),
-		recovery.StreamServerInterceptor(recoverOpts...),
-	}
-	if authn != nil {
-		unary = append(unary, authn.UnaryInterceptor())
-		stream = append(stream, authn.StreamInterceptor())
-	}
-	return []grpc.ServerOption{
-		grpc.ForceServerCodecV2(service.Codec()),
-		grpc.ChainUnaryInterceptor(append(unary, service.UnaryInterceptor)...),
-		grpc.ChainStreamInterceptor(append(stream, service.StreamInterceptor)...),
-	}
-}
-
-// The call log is written here rather than by go-grpc-middleware's logging
-// interceptor: that one builds every field of every call before the level
-// is known, and most calls end OK and log at DEBUG, which production does
-// not write. Benchmarks put that waste at about a twentieth of lockd's CPU
-// per lock call; here a call whose level is off costs one Enabled check.
-
-func logUnary(log *slog.Logger) grpc.UnaryServerInterceptor {
-	return func(ctx context.Context, req any, info *grpc.UnaryServerInfo, handler grpc.UnaryHandler) (any, error) {
-		start := time.Now()
-		resp, err := handler(ctx, req)
-		logCall(ctx, log, info.FullMethod, "unary", start, err)
-		return resp, err
-	}
-}
-
-func logStream(log *slog.Logger) grpc.StreamServerInterceptor {
-	return func(srv any, ss grpc.ServerStream, info *grpc.StreamServerInfo, handler grpc.StreamHandler) error {
-		start := time.Now()
-		err := handler(srv, ss)
-		logCall(ss.Context(), log, info.FullMethod, "server_stream", start, err)
-		return err
-	}
-}
-
-// logCall logs one finished call at the level its code deserves.
-func logCall(ctx context.Context, log *slog.Logger, method, kind string, start time.Time, err error) {
-	code := status.Code(err)
-	lvl := codeToLevel(code)
-	if !log.Enabled(ctx, lvl) {
-		return
-	}
-	attrs := []slog.Attr{
-		slog.String("grpc.method", method),
-		slog.String("grpc.kind", kind),
-		slog.String("grpc.code", code.String()),
-		slog.Float64("grpc.time_ms", float64(time.Since(start).Microseconds())/1000),
-	}
-	if p, ok := peer.FromContext(ctx); ok && p.Addr != nil {
-		attrs = append(attrs, slog.String("peer.address", p.Addr.String()))
-	}
-	if sc := trace.SpanContextFromContext(ctx); sc.HasTraceID() {
-		attrs = append(attrs, slog.String("trace_id", sc.TraceID().String()))
-	}
-	if err != nil {
-		attrs = append(attrs, slog.String("grpc.error", status.Convert(err).Message()))
-	}
-	log.LogAttrs(ctx, lvl, "finished call", attrs...)
-}
-
-func codeToLevel(c codes.Code) slog.Level {
-	switch c {
-	case codes.OK, codes.Canceled, codes.InvalidArgument, codes.NotFound, codes.FailedPrecondition,
-		codes.DeadlineExceeded, codes.Unauthenticated, codes.PermissionDenied, codes.AlreadyExists:
-		return slog.LevelDebug
-	case codes.Unavailable, codes.ResourceExhausted, codes.Aborted:
-		return slog.LevelWarn
-	}
-	return slog.LevelError
-}
-
-// newAuthenticator returns the Authenticator for the auth section of file,
-// or nil when there is none (no authentication).
-func newAuthenticator(file *config.Config) (*auth.Authenticator, error) {
-	if file == nil || file.Auth == nil {
-		return nil, nil
-	}
-	var clients []auth.Client
-	for _, c := range file.Auth.Clients {
-		clients = append(clients, auth.Client{Name: c.Name, Token: string(c.Token), Locks: c.Locks, Apps: c.Apps})
-	}
-	a, err := auth.New(clients)
-	if err != nil {
-		return nil, fmt.Errorf("--config: %w", err)
-	}
-	return a, nil
 }
 
 // warnIfExposed warns loudly when the gRPC listener is reachable beyond
@@ -496,12 +409,4 @@ func loopback(host string) bool {
 	}
 	ip := net.ParseIP(host)
 	return ip != nil && ip.IsLoopback()
-}
-
-// redisLogger sends go-redis's own messages (reconnects, dial failures) to
-// the debug log; outages are reported once by the health watcher instead.
-type redisLogger struct{ log *slog.Logger }
-
-func (l redisLogger) Printf(ctx context.Context, format string, v ...any) {
-	l.log.DebugContext(ctx, fmt.Sprintf(format, v...), "component", "go-redis")
 }

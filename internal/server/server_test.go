@@ -2,6 +2,7 @@ package server
 
 import (
 	"context"
+	"errors"
 	"io"
 	"log/slog"
 	"net/http"
@@ -106,13 +107,28 @@ func waitFor(t *testing.T, what string, cond func() bool) {
 
 func httpStatus(t *testing.T, url string) int {
 	t.Helper()
+	code, _ := httpGet(t, url)
+	return code
+}
+
+func httpBody(t *testing.T, url string) string {
+	t.Helper()
+	_, body := httpGet(t, url)
+	return body
+}
+
+func httpGet(t *testing.T, url string) (int, string) {
+	t.Helper()
 	res, err := http.Get(url)
 	if err != nil {
 		t.Fatal(err)
 	}
-	_, _ = io.Copy(io.Discard, res.Body)
-	res.Body.Close()
-	return res.StatusCode
+	defer res.Body.Close()
+	body, err := io.ReadAll(res.Body)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return res.StatusCode, string(body)
 }
 
 func TestHealthFollowsRedis(t *testing.T) {
@@ -176,6 +192,10 @@ func TestReflection(t *testing.T) {
 			return nil, err
 		}
 		if err := stream.Send(&reflectionpb.ServerReflectionRequest{MessageRequest: &reflectionpb.ServerReflectionRequest_ListServices{}}); err != nil {
+			if errors.Is(err, io.EOF) {
+				// The server ended the stream first: Recv tells why.
+				_, err = stream.Recv()
+			}
 			return nil, err
 		}
 		res, err := stream.Recv()
@@ -387,7 +407,7 @@ func TestTLSConfigErrors(t *testing.T) {
 		{"a client CA alone", TLSFiles{ClientCA: "ca.pem"}, "--tls-cert and --tls-key go together"},
 		{"missing files", TLSFiles{Cert: "/nonexistent/c.pem", Key: "/nonexistent/k.pem"}, "no such file"},
 	} {
-		if _, err := tlsConfig(tc.files); err == nil || !strings.Contains(err.Error(), tc.want) {
+		if _, err := newTLS(tc.files, tlsEvents{}); err == nil || !strings.Contains(err.Error(), tc.want) {
 			t.Errorf("%s: %v, want %q", tc.name, err, tc.want)
 		}
 	}

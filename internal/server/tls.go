@@ -1,13 +1,19 @@
 package server
 
 import (
+	"context"
 	"crypto/tls"
 	"crypto/x509"
 	"errors"
 	"fmt"
+	"log/slog"
+	"net"
 	"os"
+	"strings"
 	"sync"
 	"time"
+
+	"google.golang.org/grpc/credentials"
 )
 
 // TLSFiles names the certificate files of the gRPC listener.
@@ -22,84 +28,247 @@ type TLSFiles struct {
 // Enabled reports whether TLS is configured.
 func (f TLSFiles) Enabled() bool { return f.Cert != "" || f.Key != "" || f.ClientCA != "" }
 
-// tlsConfig loads the files into a server TLS configuration. The
-// certificate is read again when its files change (checked at most every
-// few seconds), so rotated certificates are picked up without a restart.
-func tlsConfig(f TLSFiles) (*tls.Config, error) {
+// tlsRecheck is how often, at most, the files are checked for changes.
+const tlsRecheck = 2 * time.Second
+
+// tlsEvents are told about TLS trouble; both fields may be nil.
+type tlsEvents struct {
+	log *slog.Logger
+	// reloadFailed is told the file ("cert", "key" or "client_ca") of a
+	// change that could not be loaded.
+	reloadFailed func(file string)
+}
+
+// tlsState is the listener's TLS configuration and the files behind it.
+type tlsState struct {
+	config *tls.Config
+	cert   *watched[*tls.Certificate]
+	ca     *watched[*x509.CertPool] // nil without mTLS
+}
+
+// expiry tells when the served certificate expires.
+func (s *tlsState) expiry() (time.Time, bool) {
+	c, err := s.cert.get()
+	if err != nil || c.Leaf == nil {
+		return time.Time{}, false
+	}
+	return c.Leaf.NotAfter, true
+}
+
+// watch checks the files every tlsRecheck until ctx ends, so that a change
+// is taken up, or reported when it does not load, even while no client
+// connects.
+func (s *tlsState) watch(ctx context.Context) {
+	tick := time.NewTicker(tlsRecheck)
+	defer tick.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-tick.C:
+			_, _ = s.cert.get()
+			if s.ca != nil {
+				_, _ = s.ca.get()
+			}
+		}
+	}
+}
+
+// newTLS loads the files into a server TLS configuration. The
+// certificate, its key and the client CA are read again when their files
+// change (checked at most every tlsRecheck), so rotation needs no restart;
+// a change that does not load is logged and counted through ev, and the
+// last good files stay in use.
+func newTLS(f TLSFiles, ev tlsEvents) (*tlsState, error) {
 	if f.Cert == "" || f.Key == "" {
 		return nil, errors.New("--tls-cert and --tls-key go together")
 	}
-	kp := &keyPair{cert: f.Cert, key: f.Key}
+	if ev.log == nil {
+		ev.log = slog.New(slog.DiscardHandler)
+	}
+	if ev.reloadFailed == nil {
+		ev.reloadFailed = func(string) {}
+	}
+	kp := &watched[*tls.Certificate]{paths: []string{f.Cert, f.Key}, name: "cert", flag: "--tls-cert/--tls-key", ev: ev, load: loadKeyPair}
 	if _, err := kp.get(); err != nil {
 		return nil, err
 	}
-	cfg := &tls.Config{
+	base := &tls.Config{
 		MinVersion: tls.VersionTLS12,
 		GetCertificate: func(*tls.ClientHelloInfo) (*tls.Certificate, error) {
 			return kp.get()
 		},
 	}
-	if f.ClientCA != "" {
-		pem, err := os.ReadFile(f.ClientCA)
-		if err != nil {
-			return nil, fmt.Errorf("--tls-client-ca: %w", err)
-		}
-		pool := x509.NewCertPool()
-		if !pool.AppendCertsFromPEM(pem) {
-			return nil, fmt.Errorf("--tls-client-ca: no PEM certificate in %s", f.ClientCA)
-		}
-		cfg.ClientCAs = pool
-		cfg.ClientAuth = tls.RequireAndVerifyClientCert
+	state := &tlsState{config: base, cert: kp}
+	if f.ClientCA == "" {
+		return state, nil
 	}
-	return cfg, nil
+	ca := &watched[*x509.CertPool]{paths: []string{f.ClientCA}, name: "client_ca", flag: "--tls-client-ca", ev: ev, load: loadCAs}
+	if _, err := ca.get(); err != nil {
+		return nil, err
+	}
+	state.ca = ca
+	base.ClientAuth = tls.RequireAndVerifyClientCert
+	// Each handshake gets the client CAs in force at the time.
+	base.GetConfigForClient = func(*tls.ClientHelloInfo) (*tls.Config, error) {
+		pool, err := ca.get()
+		if err != nil {
+			return nil, err
+		}
+		c := base.Clone()
+		c.GetConfigForClient = nil
+		c.ClientCAs = pool
+		return c, nil
+	}
+	pool, _ := ca.get()
+	base.ClientCAs = pool
+	return state, nil
 }
 
-// keyPair caches a certificate and reloads it when its files change.
-type keyPair struct {
-	cert, key string
+func loadKeyPair(paths []string) (*tls.Certificate, error) {
+	c, err := tls.LoadX509KeyPair(paths[0], paths[1])
+	if err != nil {
+		return nil, err
+	}
+	return &c, nil
+}
+
+func loadCAs(paths []string) (*x509.CertPool, error) {
+	pem, err := os.ReadFile(paths[0])
+	if err != nil {
+		return nil, err
+	}
+	pool := x509.NewCertPool()
+	if !pool.AppendCertsFromPEM(pem) {
+		return nil, fmt.Errorf("no PEM certificate in %s", paths[0])
+	}
+	return pool, nil
+}
+
+// watched caches what load makes of some files and loads it again when
+// their modification times change.
+type watched[T any] struct {
+	paths []string
+	name  string // for metrics
+	flag  string // for messages
+	ev    tlsEvents
+	load  func([]string) (T, error)
 
 	mu      sync.Mutex
-	loaded  *tls.Certificate
-	stamp   [2]time.Time
+	loaded  T
+	ok      bool
+	stamp   []time.Time
+	failure string // the failure last reported, so each is reported once
 	checked time.Time
 }
 
-func (k *keyPair) get() (*tls.Certificate, error) {
-	k.mu.Lock()
-	defer k.mu.Unlock()
-	if k.loaded != nil && time.Since(k.checked) < 5*time.Second {
-		return k.loaded, nil
+func (w *watched[T]) get() (T, error) {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	if w.ok && time.Since(w.checked) < tlsRecheck {
+		return w.loaded, nil
 	}
-	k.checked = time.Now()
-	stamp, err := modTimes(k.cert, k.key)
+	w.checked = time.Now()
+	stamp, err := modTimes(w.paths)
+	if err == nil && w.ok && equalTimes(stamp, w.stamp) {
+		return w.loaded, nil
+	}
+	var v T
+	if err == nil {
+		v, err = w.load(w.paths)
+	}
 	if err != nil {
-		if k.loaded != nil {
-			return k.loaded, nil // keep serving the last good pair
+		if !w.ok {
+			var zero T
+			return zero, fmt.Errorf("%s: %w", w.flag, err)
 		}
-		return nil, err
-	}
-	if k.loaded != nil && stamp == k.stamp {
-		return k.loaded, nil
-	}
-	c, err := tls.LoadX509KeyPair(k.cert, k.key)
-	if err != nil {
-		if k.loaded != nil {
-			return k.loaded, nil
+		// Keep serving the last good files; report each failure once.
+		if failure := fmt.Sprint(stamp, err); failure != w.failure {
+			w.failure = failure
+			w.ev.log.Error("TLS files changed but could not be loaded; still serving the previous ones", "files", w.flag, "err", err)
+			w.ev.reloadFailed(w.name)
 		}
-		return nil, fmt.Errorf("--tls-cert/--tls-key: %w", err)
+		return w.loaded, nil
 	}
-	k.loaded, k.stamp = &c, stamp
-	return k.loaded, nil
+	if w.ok {
+		w.ev.log.Info("TLS files reloaded", "files", w.flag)
+	}
+	w.loaded, w.ok, w.stamp, w.failure = v, true, stamp, ""
+	return w.loaded, nil
 }
 
-func modTimes(paths ...string) ([2]time.Time, error) {
-	var out [2]time.Time
+func modTimes(paths []string) ([]time.Time, error) {
+	out := make([]time.Time, len(paths))
 	for i, p := range paths {
 		fi, err := os.Stat(p)
 		if err != nil {
-			return out, err
+			return nil, err
 		}
 		out[i] = fi.ModTime()
 	}
 	return out, nil
+}
+
+func equalTimes(a, b []time.Time) bool {
+	if len(a) != len(b) {
+		return false
+	}
+	for i := range a {
+		if !a[i].Equal(b[i]) {
+			return false
+		}
+	}
+	return true
+}
+
+// observedCreds are gRPC transport credentials that log (at most once per
+// logEvery, with the count since) and count failed handshakes, telling a
+// client certificate that is missing or not trusted from other failures.
+type observedCreds struct {
+	credentials.TransportCredentials
+	log    *slog.Logger
+	failed func(reason string)
+	sum    *summary
+}
+
+func newObservedCreds(c credentials.TransportCredentials, log *slog.Logger, failed func(string), sum *summary) credentials.TransportCredentials {
+	return &observedCreds{TransportCredentials: c, log: log, failed: failed, sum: sum}
+}
+
+func (c *observedCreds) ServerHandshake(conn net.Conn) (net.Conn, credentials.AuthInfo, error) {
+	out, info, err := c.TransportCredentials.ServerHandshake(conn)
+	if err != nil {
+		reason := handshakeReason(err)
+		c.failed(reason)
+		c.sum.add(reason)
+		c.log.Debug("TLS handshake failed", "peer.address", conn.RemoteAddr().String(), "reason", reason, "err", err)
+	}
+	return out, info, err
+}
+
+func (c *observedCreds) Clone() credentials.TransportCredentials {
+	return &observedCreds{TransportCredentials: c.TransportCredentials.Clone(), log: c.log, failed: c.failed, sum: c.sum}
+}
+
+// handshakeReason classifies a failed handshake: client_certificate when
+// the client sent no certificate or one lockd does not trust, other
+// otherwise (plaintext, wrong protocol, timeouts, closed connections).
+func handshakeReason(err error) string {
+	var (
+		unknown x509.UnknownAuthorityError
+		invalid x509.CertificateInvalidError
+		verify  *tls.CertificateVerificationError
+	)
+	switch {
+	case errors.As(err, &unknown), errors.As(err, &invalid), errors.As(err, &verify):
+		return "client_certificate"
+	}
+	// crypto/tls has no typed error for a missing client certificate.
+	if msg := err.Error(); strings.Contains(msg, "client didn't provide a certificate") || strings.Contains(msg, "bad certificate") {
+		return "client_certificate"
+	}
+	if errors.Is(err, context.DeadlineExceeded) {
+		return "timeout"
+	}
+	return "other"
 }

@@ -20,9 +20,17 @@ import (
 // and the interceptors below refuse the request, naming the field.
 const movedFieldOffset = 1 << 24
 
+// malformedField is the unknown field number (the largest protobuf allows)
+// the codec sets, in an otherwise empty message, when a request is not a
+// valid protobuf encoding at all: gRPC would answer a decoding error with
+// INTERNAL, so the codec never fails and the interceptors answer
+// INVALID_ARGUMENT.
+const malformedField protowire.Number = protowire.MaxValidNumber
+
 // Codec returns the gRPC codec lockd's server uses: the standard proto codec,
-// except that a top-level string field holding invalid UTF-8 no longer fails
-// decoding; see UnaryInterceptor and StreamInterceptor.
+// except that decoding never fails: a top-level string field holding invalid
+// UTF-8, or a message that is not valid protobuf at all, is marked instead,
+// and UnaryInterceptor and StreamInterceptor refuse it with INVALID_ARGUMENT.
 func Codec() encoding.CodecV2 { return lenientCodec{} }
 
 type lenientCodec struct{}
@@ -44,11 +52,14 @@ func (lenientCodec) Unmarshal(data mem.BufferSlice, v any) error {
 	if err == nil {
 		return nil
 	}
-	moved, ok := moveInvalidStrings(buf, m.ProtoReflect().Descriptor())
-	if !ok {
-		return err
+	if moved, ok := moveInvalidStrings(buf, m.ProtoReflect().Descriptor()); ok {
+		if err := proto.Unmarshal(moved, m); err == nil {
+			return nil
+		}
 	}
-	return proto.Unmarshal(moved, m)
+	proto.Reset(m)
+	m.ProtoReflect().SetUnknown(protowire.AppendBytes(protowire.AppendTag(nil, malformedField, protowire.BytesType), nil))
+	return nil
 }
 
 // moveInvalidStrings rewrites the top-level string fields of buf that hold
@@ -82,8 +93,9 @@ func moveInvalidStrings(buf []byte, md protoreflect.MessageDescriptor) ([]byte, 
 	return out, moved
 }
 
-// invalidUTF8 returns INVALID_ARGUMENT naming the first field the codec had
-// to move for invalid UTF-8, or nil.
+// invalidUTF8 returns INVALID_ARGUMENT for a request the codec marked as
+// not protobuf, or naming the first field the codec had to move for
+// invalid UTF-8; nil for any other request.
 func invalidUTF8(req any) error {
 	m, ok := req.(proto.Message)
 	if !ok {
@@ -95,6 +107,9 @@ func invalidUTF8(req any) error {
 		num, typ, n := protowire.ConsumeTag(unknown)
 		if n < 0 {
 			return nil
+		}
+		if num == malformedField {
+			return invalid("the request is not a valid %s message", md.FullName())
 		}
 		if fd := md.Fields().ByNumber(num - movedFieldOffset); num > movedFieldOffset && fd != nil {
 			return invalid("%s must be valid UTF-8", fd.Name())

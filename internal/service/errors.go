@@ -6,8 +6,10 @@ import (
 	"io"
 	"log/slog"
 	"net"
+	"strconv"
 	"strings"
 	"time"
+	"unicode/utf8"
 
 	"github.com/redis/go-redis/v9"
 	"google.golang.org/grpc/codes"
@@ -27,6 +29,13 @@ var codeTable = []struct {
 	{redislock.ErrNotHeld, codes.NotFound},
 	{redislock.ErrUpgrade, codes.FailedPrecondition},
 	{redislock.ErrClosed, codes.Unavailable},
+	{redislock.ErrNotReplicated, codes.Unavailable},
+	{redislock.ErrInvalidValue, codes.InvalidArgument},
+	{redislock.ErrNoLeader, codes.NotFound},
+	{redislock.ErrNotLeader, codes.FailedPrecondition},
+	{redislock.ErrKeyInUse, codes.FailedPrecondition},
+	{redislock.ErrInvalidLimit, codes.InvalidArgument},
+	{redislock.ErrLimitMismatch, codes.FailedPrecondition},
 	{errLimit, codes.ResourceExhausted},
 	{errShuttingDown, codes.Unavailable},
 }
@@ -49,7 +58,7 @@ func toStatus(ctx context.Context, log *slog.Logger, err error) error {
 	}
 	for _, e := range codeTable {
 		if errors.Is(err, e.err) {
-			return status.Error(e.code, err.Error())
+			return status.Error(e.code, short(err.Error()))
 		}
 	}
 	switch {
@@ -60,10 +69,33 @@ func toStatus(ctx context.Context, log *slog.Logger, err error) error {
 	case errors.Is(err, context.Canceled), errors.Is(err, context.DeadlineExceeded):
 		return status.FromContextError(err).Err()
 	case redisUnavailable(err):
-		return status.Error(codes.Unavailable, "redis unavailable: "+err.Error())
+		return withCause(codes.Unavailable, "redis unavailable: retry, here or on another replica (lockd logs the cause)", err)
 	}
 	log.ErrorContext(ctx, "internal error", "err", err)
 	return status.Error(codes.Internal, "internal error")
+}
+
+// transient reports whether err means Redis could not serve a call just
+// now, so that the same call may succeed later.
+func transient(err error) bool {
+	return redisUnavailable(err) || errors.Is(err, redislock.ErrNotReplicated)
+}
+
+// maxMessageBytes bounds a status message: the engine's errors quote the
+// key (escaped), which may be 512 bytes; an excerpt of it is enough.
+const maxMessageBytes = 200
+
+// short cuts msg to about maxMessageBytes, on a character boundary, noting
+// the full length.
+func short(msg string) string {
+	if len(msg) <= maxMessageBytes {
+		return msg
+	}
+	cut := maxMessageBytes
+	for cut > 0 && !utf8.RuneStart(msg[cut]) {
+		cut--
+	}
+	return msg[:cut] + "… (" + strconv.Itoa(len(msg)) + " bytes)"
 }
 
 // redisUnavailable reports whether err means Redis cannot be reached or
@@ -77,7 +109,10 @@ func redisUnavailable(err error) bool {
 	var re redis.Error
 	if errors.As(err, &re) {
 		msg := re.Error()
-		for _, p := range []string{"LOADING", "BUSY", "TRYAGAIN", "CLUSTERDOWN", "MASTERDOWN", "READONLY", "MOVED", "ASK", "NOREPLICAS", "OOM", "NOAUTH", "NOPERM", "WRONGPASS"} {
+		// A client without the password may send only small commands:
+		// Redis answers a script with this rather than NOAUTH.
+		const unauthenticated = "ERR Protocol error: unauthenticated"
+		for _, p := range []string{"LOADING", "BUSY", "TRYAGAIN", "CLUSTERDOWN", "MASTERDOWN", "READONLY", "MOVED", "ASK", "NOREPLICAS", "OOM", "NOAUTH", "NOPERM", "WRONGPASS", unauthenticated} {
 			if strings.HasPrefix(msg, p) {
 				return true
 			}

@@ -4,6 +4,7 @@ package service
 
 import (
 	"context"
+	"errors"
 	"log/slog"
 	"strconv"
 	"sync"
@@ -27,14 +28,29 @@ type LockServer struct {
 
 	waiters atomic.Int64
 	streams atomic.Int64
+	clients perClient
+	audit   audit
 
 	drainOnce sync.Once
 	drained   chan struct{}
 }
 
+// Option tunes a LockServer.
+type Option func(*LockServer)
+
+// WithAudit sends the audit log (who took, released or force-released
+// which key) to log; without it nothing is audited.
+func WithAudit(log *slog.Logger) Option {
+	return func(s *LockServer) { s.audit = audit{log: log} }
+}
+
 // NewLockServer returns a LockServer on engine.
-func NewLockServer(engine *redislock.Client, limits Limits, log *slog.Logger) *LockServer {
-	return &LockServer{engine: engine, limits: limits, log: log, drained: make(chan struct{})}
+func NewLockServer(engine *redislock.Client, limits Limits, log *slog.Logger, opts ...Option) *LockServer {
+	s := &LockServer{engine: engine, limits: limits, log: log, drained: make(chan struct{})}
+	for _, o := range opts {
+		o(s)
+	}
+	return s
 }
 
 // Drain ends every open KeepAlive stream with UNAVAILABLE, without
@@ -45,7 +61,8 @@ func (s *LockServer) Drain() {
 	s.drainOnce.Do(func() { close(s.drained) })
 }
 
-// KeepAliveStreams reports how many KeepAlive streams are open.
+// KeepAliveStreams reports how many KeepAlive streams are open, with the
+// Campaign and Observe streams of the ElectionServers sharing this server.
 func (s *LockServer) KeepAliveStreams() int64 { return s.streams.Load() }
 
 // acquireRequest is what AcquireRequest, RLockRequest and WLockRequest share.
@@ -63,7 +80,7 @@ func (s *LockServer) Acquire(ctx context.Context, req *lockdv1.AcquireRequest) (
 	if err != nil {
 		return nil, err
 	}
-	return &lockdv1.AcquireResponse{Acquired: res.Acquired, Lease: leaseProto(res), RetryAfter: retryAfter(res)}, nil
+	return &lockdv1.AcquireResponse{Acquired: res.Acquired, Lease: leaseProto(ctx, res), RetryAfter: retryAfter(res), Holder: displayed(ctx, res.Holder)}, nil
 }
 
 // WLock takes the key exclusively.
@@ -72,7 +89,7 @@ func (s *LockServer) WLock(ctx context.Context, req *lockdv1.WLockRequest) (*loc
 	if err != nil {
 		return nil, err
 	}
-	return &lockdv1.WLockResponse{Acquired: res.Acquired, Lease: leaseProto(res), RetryAfter: retryAfter(res)}, nil
+	return &lockdv1.WLockResponse{Acquired: res.Acquired, Lease: leaseProto(ctx, res), RetryAfter: retryAfter(res), Holder: displayed(ctx, res.Holder)}, nil
 }
 
 // RLock takes a shared hold on the key.
@@ -81,10 +98,15 @@ func (s *LockServer) RLock(ctx context.Context, req *lockdv1.RLockRequest) (*loc
 	if err != nil {
 		return nil, err
 	}
-	return &lockdv1.RLockResponse{Acquired: res.Acquired, Lease: leaseProto(res), RetryAfter: retryAfter(res)}, nil
+	return &lockdv1.RLockResponse{Acquired: res.Acquired, Lease: leaseProto(ctx, res), RetryAfter: retryAfter(res), Holder: displayed(ctx, res.Holder)}, nil
 }
 
 func (s *LockServer) acquire(ctx context.Context, mode redislock.Mode, req acquireRequest) (redislock.Result, error) {
+	return s.acquireLimited(ctx, mode, 0, req)
+}
+
+// acquireLimited is acquire with the limit of a Permit.
+func (s *LockServer) acquireLimited(ctx context.Context, mode redislock.Mode, limit int, req acquireRequest) (redislock.Result, error) {
 	if err := validKey(req.GetKey()); err != nil {
 		return redislock.Result{}, err
 	}
@@ -110,13 +132,6 @@ func (s *LockServer) acquire(ctx context.Context, mode redislock.Mode, req acqui
 	// does not answer) still reaches the caller.
 	bctx, cancel := bounded(ctx)
 	defer cancel()
-	if wait > 0 && s.limits.MaxWaiters > 0 {
-		if s.waiters.Add(1) > int64(s.limits.MaxWaiters) {
-			s.waiters.Add(-1)
-			return redislock.Result{}, toStatus(ctx, s.log, errLimitf("waiters", s.limits.MaxWaiters))
-		}
-		defer s.waiters.Add(-1)
-	}
 	if wait > 0 {
 		// A waiter ends when the server drains, so shutdown need not
 		// wait for it and the caller retries on another replica.
@@ -125,10 +140,17 @@ func (s *LockServer) acquire(ctx context.Context, mode redislock.Mode, req acqui
 		defer stop()
 	}
 	res, err := s.engine.Acquire(bctx, redislock.Request{
-		Key: req.GetKey(), Mode: mode, Owner: req.GetOwner(), TTL: ttl, Wait: wait, RequestID: req.GetRequestId(),
+		Key: req.GetKey(), Mode: mode, Limit: limit, Owner: ownerFor(ctx, req.GetOwner()), TTL: ttl, Wait: wait,
+		RequestID: requestIDFor(ctx, req.GetRequestId()),
+		// Only a call that finds the key busy and waits takes a
+		// waiter's place; one granted at once never does.
+		BeforeWait: func() (func(), error) { return s.takeWaiter(ctx) },
 	})
 	if err != nil && context.Cause(bctx) == errShuttingDown {
 		err = errShuttingDown
+	}
+	if err == nil && res.Acquired {
+		s.audit.took(ctx, shownOwner(ctx, res.Lease))
 	}
 	return res, toStatus(ctx, s.log, err)
 }
@@ -146,10 +168,11 @@ func (s *LockServer) Release(ctx context.Context, req *lockdv1.ReleaseRequest) (
 	}
 	bctx, cancel := bounded(ctx)
 	defer cancel()
-	n, err := s.engine.Release(bctx, req.GetKey(), req.GetLeaseId(), req.GetRequestId())
+	n, err := s.engine.Release(bctx, req.GetKey(), req.GetLeaseId(), requestIDFor(ctx, req.GetRequestId()))
 	if err != nil {
 		return nil, toStatus(ctx, s.log, err)
 	}
+	s.audit.released(ctx, req.GetKey(), n, "release")
 	return &lockdv1.ReleaseResponse{HoldCount: n}, nil
 }
 
@@ -171,7 +194,7 @@ func (s *LockServer) Renew(ctx context.Context, req *lockdv1.RenewRequest) (*loc
 	if err != nil {
 		return nil, toStatus(ctx, s.log, err)
 	}
-	return &lockdv1.RenewResponse{Lease: toProto(l)}, nil
+	return &lockdv1.RenewResponse{Lease: toProto(shownOwner(ctx, l))}, nil
 }
 
 // KeepAlive renews a lease for as long as the stream stays open.
@@ -187,28 +210,45 @@ func (s *LockServer) KeepAlive(req *lockdv1.KeepAliveRequest, stream lockdv1.Loc
 	if err != nil {
 		return err
 	}
-	if n := s.streams.Add(1); s.limits.MaxKeepAlives > 0 && n > int64(s.limits.MaxKeepAlives) {
-		s.streams.Add(-1)
-		return toStatus(ctx, s.log, errLimitf("KeepAlive streams", s.limits.MaxKeepAlives))
+	done, err := s.takeKeepAlive(ctx)
+	if err != nil {
+		return toStatus(ctx, s.log, err)
 	}
-	defer s.streams.Add(-1)
+	defer done()
 
 	kctx, stop := s.endOnDrain(ctx)
 	defer stop()
 
-	err = s.engine.KeepAlive(kctx, req.GetKey(), req.GetLeaseId(), ttl, func(l redislock.Lease) error {
-		return stream.Send(&lockdv1.KeepAliveResponse{Lease: toProto(l)})
+	// Renewal never waits on the client reading: leases go out from a
+	// sender of their own, which keeps only the newest one unsent.
+	out := newLatest(func(l *lockdv1.Lease) error {
+		return stream.Send(&lockdv1.KeepAliveResponse{Lease: l})
 	})
+	keeper := s.engine.NewKeeper(req.GetKey(), req.GetLeaseId())
+	err = keeper.KeepAlive(kctx, ttl, func(l redislock.Lease) error {
+		out.offer(toProto(shownOwner(ctx, l)))
+		return nil
+	})
+	out.stop()
 	switch {
 	case context.Cause(kctx) == errShuttingDown:
 		return toStatus(ctx, s.log, errShuttingDown)
 	case ctx.Err() != nil:
-		// The client closed the stream: renewal stops here.
+		// The client closed the stream: renewal stops here. With
+		// release_on_close the whole lease goes, unless a newer stream
+		// (here or on another replica) keeps it.
 		if req.GetReleaseOnClose() {
 			rctx, rcancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
 			defer rcancel()
-			if _, err := s.engine.Release(rctx, req.GetKey(), req.GetLeaseId(), ""); err != nil {
+			switch released, err := keeper.Release(rctx); {
+			case errors.Is(err, redislock.ErrNotHeld):
+				s.log.DebugContext(ctx, "release on close: the lease was gone already", "key", req.GetKey())
+			case err != nil:
 				s.log.WarnContext(ctx, "release on close failed", "key", req.GetKey(), "err", err)
+			case released:
+				s.audit.released(ctx, req.GetKey(), 0, "release_on_close")
+			default:
+				s.log.DebugContext(ctx, "release on close: a newer KeepAlive keeps the lease", "key", req.GetKey())
 			}
 		}
 		return toStatus(ctx, s.log, ctx.Err())
@@ -219,10 +259,16 @@ func (s *LockServer) KeepAlive(req *lockdv1.KeepAliveRequest, stream lockdv1.Loc
 // endOnDrain returns ctx canceled with cause errShuttingDown when the
 // server drains; stop releases it.
 func (s *LockServer) endOnDrain(ctx context.Context) (context.Context, func()) {
+	return endOnDrain(ctx, s.drained)
+}
+
+// endOnDrain returns ctx canceled with cause errShuttingDown when drained
+// closes; stop releases it.
+func endOnDrain(ctx context.Context, drained <-chan struct{}) (context.Context, func()) {
 	dctx, cancel := context.WithCancelCause(ctx)
 	go func() {
 		select {
-		case <-s.drained:
+		case <-drained:
 			cancel(errShuttingDown)
 		case <-dctx.Done():
 		}
@@ -230,26 +276,27 @@ func (s *LockServer) endOnDrain(ctx context.Context) (context.Context, func()) {
 	return dctx, func() { cancel(nil) }
 }
 
-func errLimitf(what string, n int) error {
-	return &limitError{what: what, n: n}
-}
-
+// limitError is a replica-wide limit, or a client's own when client is set.
 type limitError struct {
-	what string
-	n    int
+	what   string
+	n      int
+	client string
 }
 
 func (e *limitError) Error() string {
+	if e.client != "" {
+		return "client " + strconv.Quote(e.client) + " has too many " + e.what + " on this replica (its limit " + strconv.Itoa(e.n) + "); retry later"
+	}
 	return "too many " + e.what + " on this replica (limit " + strconv.Itoa(e.n) + "); retry later or on another replica"
 }
 
 func (e *limitError) Unwrap() error { return errLimit }
 
-func leaseProto(res redislock.Result) *lockdv1.Lease {
+func leaseProto(ctx context.Context, res redislock.Result) *lockdv1.Lease {
 	if !res.Acquired {
 		return nil
 	}
-	return toProto(res.Lease)
+	return toProto(shownOwner(ctx, res.Lease))
 }
 
 func retryAfter(res redislock.Result) *durationpb.Duration {
@@ -261,8 +308,11 @@ func retryAfter(res redislock.Result) *durationpb.Duration {
 
 func toProto(l redislock.Lease) *lockdv1.Lease {
 	mode := lockdv1.LockMode_LOCK_MODE_WRITE
-	if l.Mode == redislock.Read {
+	switch l.Mode {
+	case redislock.Read:
 		mode = lockdv1.LockMode_LOCK_MODE_READ
+	case redislock.Permit:
+		mode = lockdv1.LockMode_LOCK_MODE_PERMIT
 	}
 	return &lockdv1.Lease{
 		Key:          l.Key,

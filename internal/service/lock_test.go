@@ -15,17 +15,17 @@ import (
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/credentials/insecure"
-	"google.golang.org/grpc/mem"
 	"google.golang.org/grpc/status"
 	"google.golang.org/grpc/test/bufconn"
-	"google.golang.org/protobuf/encoding/protowire"
 	"google.golang.org/protobuf/types/known/durationpb"
 
 	lockdv1 "github.com/lockd/lockd/gen/lockd/v1"
+	"github.com/lockd/lockd/internal/auth"
 	"github.com/lockd/lockd/internal/embedded"
 	"github.com/lockd/lockd/internal/redislock"
 	"github.com/lockd/lockd/internal/redistest"
 	"github.com/lockd/lockd/internal/service"
+	"github.com/lockd/lockd/internal/testgrpc"
 )
 
 // instance is one lockd LockService over bufconn.
@@ -35,23 +35,35 @@ type instance struct {
 	server *service.LockServer
 }
 
-func startInstance(t *testing.T, rdb redis.UniversalClient, limits service.Limits) instance {
+func startInstance(t *testing.T, rdb redis.UniversalClient, limits service.Limits, opts ...grpc.ServerOption) instance {
 	t.Helper()
 	engine := redislock.New(rdb, redislock.Options{})
 	srv := service.NewLockServer(engine, limits, slog.New(slog.NewTextHandler(io.Discard, nil)))
 	t.Cleanup(func() { _ = engine.Close() })
-	conn := serve(t, func(gs *grpc.Server) { lockdv1.RegisterLockServiceServer(gs, srv) })
+	conn := serve(t, func(gs *grpc.Server) { lockdv1.RegisterLockServiceServer(gs, srv) }, opts...)
 	return instance{conn: conn, client: lockdv1.NewLockServiceClient(conn), server: srv}
 }
 
-// serve runs a gRPC server with lockd's codec and UTF-8 interceptors over
-// bufconn, with the services register adds, and returns a client
+// serve runs a gRPC server with lockd's codec and UTF-8 interceptors (and
+// opts) over bufconn, with the services register adds, and returns a client
 // connection; both end with the test, before cleanups registered earlier.
-func serve(t *testing.T, register func(*grpc.Server)) *grpc.ClientConn {
+func serve(t *testing.T, register func(*grpc.Server), opts ...grpc.ServerOption) *grpc.ClientConn {
 	t.Helper()
+	return serveWith(t, nil, register, opts...)
+}
+
+// serveWith is serve behind authn's interceptors (none when nil).
+func serveWith(t *testing.T, authn *auth.Authenticator, register func(*grpc.Server), opts ...grpc.ServerOption) *grpc.ClientConn {
+	t.Helper()
+	unary := []grpc.UnaryServerInterceptor{service.UnaryInterceptor}
+	stream := []grpc.StreamServerInterceptor{service.StreamInterceptor}
+	if authn != nil {
+		unary = append([]grpc.UnaryServerInterceptor{authn.UnaryInterceptor()}, unary...)
+		stream = append([]grpc.StreamServerInterceptor{authn.StreamInterceptor()}, stream...)
+	}
 	lis := bufconn.Listen(1 << 20)
-	gs := grpc.NewServer(grpc.ForceServerCodecV2(service.Codec()),
-		grpc.UnaryInterceptor(service.UnaryInterceptor), grpc.StreamInterceptor(service.StreamInterceptor))
+	gs := grpc.NewServer(append([]grpc.ServerOption{grpc.ForceServerCodecV2(service.Codec()),
+		grpc.ChainUnaryInterceptor(unary...), grpc.ChainStreamInterceptor(stream...)}, opts...)...)
 	register(gs)
 	go func() { _ = gs.Serve(lis) }()
 	conn, err := grpc.NewClient("passthrough:///bufnet",
@@ -120,11 +132,11 @@ func TestLockServiceContract(t *testing.T) {
 
 		// Busy: OK with acquired=false and the holder's remaining lease.
 		b, err := lc.WLock(ctx, &lockdv1.WLockRequest{Key: "orders/1", Owner: "b", WaitTimeout: durationpb.New(50 * time.Millisecond)})
-		if err != nil || b.GetAcquired() || b.GetLease() != nil || b.GetRetryAfter().AsDuration() < 25*time.Second {
+		if err != nil || b.GetAcquired() || b.GetLease() != nil || b.GetRetryAfter().AsDuration() < 25*time.Second || b.GetHolder() != "a" {
 			t.Fatalf("busy WLock = %v, %v", b, err)
 		}
 		r, err := lc.RLock(ctx, &lockdv1.RLockRequest{Key: "orders/1", Owner: "b"})
-		if err != nil || r.GetAcquired() {
+		if err != nil || r.GetAcquired() || r.GetHolder() != "a" {
 			t.Fatalf("busy RLock = %v, %v", r, err)
 		}
 
@@ -180,17 +192,33 @@ func TestBadInput(t *testing.T) {
 				return err
 			}, codes.InvalidArgument, "longer than 512"},
 			{"a key of invalid UTF-8", func() error {
-				return invokeRaw(ctx, conn, "/lockd.v1.LockService/RLock", rawString(1, "bad\xc3("))
+				return testgrpc.Invoke(ctx, conn, "/lockd.v1.LockService/RLock", testgrpc.String(1, "bad\xc3("))
 			}, codes.InvalidArgument, "key must be valid UTF-8"},
 			{"an owner of invalid UTF-8", func() error {
-				return invokeRaw(ctx, conn, "/lockd.v1.LockService/Acquire", append(rawString(1, "k"), rawString(2, "\xff")...))
+				return testgrpc.Invoke(ctx, conn, "/lockd.v1.LockService/Acquire", append(testgrpc.String(1, "k"), testgrpc.String(2, "\xff")...))
 			}, codes.InvalidArgument, "owner must be valid UTF-8"},
 			{"a lease_id of invalid UTF-8", func() error {
-				return invokeRaw(ctx, conn, "/lockd.v1.LockService/Release", append(rawString(1, "k"), rawString(2, "\xff")...))
+				return testgrpc.Invoke(ctx, conn, "/lockd.v1.LockService/Release", append(testgrpc.String(1, "k"), testgrpc.String(2, "\xff")...))
 			}, codes.InvalidArgument, "lease_id must be valid UTF-8"},
 			{"garbage bytes", func() error {
-				return invokeRaw(ctx, conn, "/lockd.v1.LockService/Acquire", []byte{0xff, 0xff, 0xff})
-			}, codes.Internal, "unmarshal"},
+				return testgrpc.Invoke(ctx, conn, "/lockd.v1.LockService/Acquire", []byte{0xff, 0xff, 0xff})
+			}, codes.InvalidArgument, "not a valid lockd.v1.AcquireRequest message"},
+			{"a truncated message", func() error {
+				return testgrpc.Invoke(ctx, conn, "/lockd.v1.LockService/Release", testgrpc.String(1, "k")[:2])
+			}, codes.InvalidArgument, "not a valid lockd.v1.ReleaseRequest message"},
+			{"garbage bytes opening a KeepAlive stream", func() error {
+				var reply []byte
+				s, err := conn.NewStream(ctx, &grpc.StreamDesc{ServerStreams: true}, "/lockd.v1.LockService/KeepAlive", grpc.ForceCodecV2(testgrpc.Codec{}))
+				if err != nil {
+					return err
+				}
+				garbage := []byte{0x0a, 0x80}
+				if err := s.SendMsg(&garbage); err != nil {
+					return err
+				}
+				_ = s.CloseSend()
+				return s.RecvMsg(&reply)
+			}, codes.InvalidArgument, "not a valid lockd.v1.KeepAliveRequest message"},
 			{"a key with a control character", func() error {
 				_, err := lc.WLock(ctx, &lockdv1.WLockRequest{Key: "tab\there"})
 				return err
@@ -496,32 +524,6 @@ func waitFor(t *testing.T, what string, cond func() bool) {
 	}
 }
 
-// rawString encodes a string field without checking its UTF-8, as a client
-// in another language may send it.
-func rawString(num protowire.Number, v string) []byte {
-	b := protowire.AppendTag(nil, num, protowire.BytesType)
-	return protowire.AppendBytes(b, []byte(v))
-}
-
-// invokeRaw sends req's bytes as they are and discards the reply.
-func invokeRaw(ctx context.Context, conn *grpc.ClientConn, method string, req []byte) error {
-	var reply []byte
-	return conn.Invoke(ctx, method, &req, &reply, grpc.ForceCodecV2(rawCodec{}))
-}
-
-type rawCodec struct{}
-
-func (rawCodec) Name() string { return "proto" }
-
-func (rawCodec) Marshal(v any) (mem.BufferSlice, error) {
-	return mem.BufferSlice{mem.SliceBuffer(*v.(*[]byte))}, nil
-}
-
-func (rawCodec) Unmarshal(data mem.BufferSlice, v any) error {
-	*v.(*[]byte) = data.Materialize()
-	return nil
-}
-
 // TestDrainEndsWaiters shows a waiting Acquire ends with UNAVAILABLE when
 // the server drains, leaving no queued writer behind, so shutdown need not
 // wait for it and the caller retries elsewhere.
@@ -538,7 +540,9 @@ func TestDrainEndsWaiters(t *testing.T) {
 		_, err := inst.client.WLock(ctx, &lockdv1.WLockRequest{Key: "drained", Owner: "w", WaitTimeout: durationpb.New(time.Minute)})
 		waiting <- err
 	}()
-	waitFor(t, "the writer to queue", func() bool { return rdb.ZCard(ctx, "lockd:{drained}:writers").Val() == 1 })
+	// nw counts the writers waiting on a lock (absent: none).
+	queued := func() int { n, _ := rdb.HGet(ctx, "lockd:{drained}", "nw").Int(); return n }
+	waitFor(t, "the writer to queue", func() bool { return queued() == 1 })
 	inst.server.Drain()
 	select {
 	case err := <-waiting:
@@ -546,5 +550,5 @@ func TestDrainEndsWaiters(t *testing.T) {
 	case <-ctx.Done():
 		t.Fatal("the waiter was not ended by Drain")
 	}
-	waitFor(t, "the writer to leave the queue", func() bool { return rdb.ZCard(ctx, "lockd:{drained}:writers").Val() == 0 })
+	waitFor(t, "the writer to leave the queue", func() bool { return queued() == 0 })
 }

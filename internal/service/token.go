@@ -5,6 +5,7 @@ import (
 	"errors"
 	"log/slog"
 	"maps"
+	"sync"
 
 	"google.golang.org/genproto/googleapis/rpc/errdetails"
 	"google.golang.org/grpc/codes"
@@ -14,6 +15,7 @@ import (
 	"google.golang.org/protobuf/types/known/timestamppb"
 
 	lockdv1 "github.com/lockd/lockd/gen/lockd/v1"
+	"github.com/lockd/lockd/internal/auth"
 	"github.com/lockd/lockd/internal/token"
 	"github.com/lockd/lockd/internal/wechat"
 )
@@ -33,6 +35,14 @@ const (
 	// the reported token could be replaced only by a stable force_refresh
 	// and WeChat's limits on those do not allow one now.
 	ReasonForceRefreshLimited = "FORCE_REFRESH_LIMITED"
+	// ReasonAppRefreshLimited is the reason of RESOURCE_EXHAUSTED when
+	// reports of refused tokens minted as many tokens for the app within
+	// the hour as lockd allows.
+	ReasonAppRefreshLimited = "APP_REFRESH_LIMITED"
+	// ReasonClientRefreshLimited is the reason of RESOURCE_EXHAUSTED when
+	// the calling client reported as many current tokens within the hour
+	// as its refreshes_per_hour allows.
+	ReasonClientRefreshLimited = "CLIENT_REFRESH_LIMITED"
 )
 
 const (
@@ -44,14 +54,37 @@ const (
 type TokenServer struct {
 	lockdv1.UnimplementedTokenServiceServer
 
-	broker *token.Broker
-	log    *slog.Logger
+	broker  tokenBroker
+	brokers *swapBroker
+	log     *slog.Logger
+
+	drainOnce sync.Once
+	drained   chan struct{}
 }
 
 // NewTokenServer returns a TokenServer on broker; a nil broker serves no
-// apps, so every call is NOT_FOUND.
+// apps, so every call is NOT_FOUND. SetBroker replaces it.
 func NewTokenServer(broker *token.Broker, log *slog.Logger) *TokenServer {
-	return &TokenServer{broker: broker, log: log}
+	s := &TokenServer{brokers: newSwapBroker(broker), log: log, drained: make(chan struct{})}
+	s.broker = s.brokers
+	return s
+}
+
+// Drain ends every open WatchAccessToken stream with UNAVAILABLE, so that
+// clients resume on another replica and a graceful stop need not wait for
+// them.
+func (s *TokenServer) Drain() {
+	s.drainOnce.Do(func() { close(s.drained) })
+}
+
+// caller is the authenticated client of ctx, as the broker limits and logs
+// it; without auth, every caller is the same anonymous one.
+func caller(ctx context.Context) token.Caller {
+	id, ok := auth.FromContext(ctx)
+	if !ok {
+		return token.Caller{}
+	}
+	return token.Caller{Name: id.Name, RefreshesPerHour: id.Limits.RefreshesPerHour}
 }
 
 // GetAccessToken returns the app's cached token, or one minted for it by
@@ -65,7 +98,7 @@ func (s *TokenServer) GetAccessToken(ctx context.Context, req *lockdv1.GetAccess
 	}
 	bctx, cancel := bounded(ctx)
 	defer cancel()
-	tok, err := s.broker.Get(bctx, req.GetApp())
+	tok, err := s.broker.Get(bctx, req.GetApp(), caller(ctx))
 	if err != nil {
 		return nil, s.status(ctx, req.GetApp(), err)
 	}
@@ -90,11 +123,61 @@ func (s *TokenServer) RefreshAccessToken(ctx context.Context, req *lockdv1.Refre
 	}
 	bctx, cancel := bounded(ctx)
 	defer cancel()
-	tok, err := s.broker.Refresh(bctx, req.GetApp(), req.GetInvalidToken())
+	tok, err := s.broker.Refresh(bctx, req.GetApp(), req.GetInvalidToken(), caller(ctx))
 	if err != nil {
 		return nil, s.status(ctx, req.GetApp(), err)
 	}
 	return &lockdv1.RefreshAccessTokenResponse{AccessToken: tok.AccessToken, ExpireTime: timestamppb.New(tok.ExpireTime)}, nil
+}
+
+// ticketTypes maps the wire's ticket types to the upstream's.
+var ticketTypes = map[lockdv1.TicketType]wechat.TicketType{
+	lockdv1.TicketType_TICKET_TYPE_JSAPI:        wechat.TicketJSAPI,
+	lockdv1.TicketType_TICKET_TYPE_WX_CARD:      wechat.TicketWXCard,
+	lockdv1.TicketType_TICKET_TYPE_AGENT_CONFIG: wechat.TicketAgentConfig,
+}
+
+// GetTicket returns one of the app's JS-SDK tickets, cached and minted like
+// its token.
+func (s *TokenServer) GetTicket(ctx context.Context, req *lockdv1.GetTicketRequest) (*lockdv1.GetTicketResponse, error) {
+	if err := validApp(req.GetApp()); err != nil {
+		return nil, err
+	}
+	kind, ok := ticketTypes[req.GetType()]
+	if !ok {
+		return nil, invalid("type must be TICKET_TYPE_JSAPI or TICKET_TYPE_WX_CARD (WeChat), or TICKET_TYPE_JSAPI or TICKET_TYPE_AGENT_CONFIG (WeCom)")
+	}
+	if s.broker == nil {
+		return nil, s.status(ctx, req.GetApp(), token.ErrUnknownApp)
+	}
+	bctx, cancel := bounded(ctx)
+	defer cancel()
+	tok, err := s.broker.Ticket(bctx, req.GetApp(), kind, caller(ctx))
+	if err != nil {
+		return nil, s.status(ctx, req.GetApp(), err)
+	}
+	return &lockdv1.GetTicketResponse{Ticket: tok.AccessToken, ExpireTime: timestamppb.New(tok.ExpireTime)}, nil
+}
+
+// WatchAccessToken streams the app's current token, then each new one,
+// until the client leaves or the server drains.
+func (s *TokenServer) WatchAccessToken(req *lockdv1.WatchAccessTokenRequest, stream lockdv1.TokenService_WatchAccessTokenServer) error {
+	if err := validApp(req.GetApp()); err != nil {
+		return err
+	}
+	ctx := stream.Context()
+	if s.broker == nil {
+		return s.status(ctx, req.GetApp(), token.ErrUnknownApp)
+	}
+	wctx, stop := endOnDrain(ctx, s.drained)
+	defer stop()
+	err := s.broker.Watch(wctx, req.GetApp(), caller(ctx), func(tok token.Token) error {
+		return stream.Send(&lockdv1.WatchAccessTokenResponse{AccessToken: tok.AccessToken, ExpireTime: timestamppb.New(tok.ExpireTime)})
+	})
+	if context.Cause(wctx) == errShuttingDown {
+		err = errShuttingDown
+	}
+	return s.status(ctx, req.GetApp(), err)
 }
 
 func validApp(app string) error {
@@ -112,6 +195,9 @@ func validApp(app string) error {
 // caller's: the broker runs on a bound a little shorter (see bounded), and
 // running out of it while the caller still waits is UNAVAILABLE.
 func (s *TokenServer) status(ctx context.Context, app string, err error) error {
+	if err == nil {
+		return nil
+	}
 	if errors.Is(err, context.DeadlineExceeded) && ctx.Err() == nil {
 		return status.Errorf(codes.Unavailable, "token: app %q: the token was not ready in time: Redis or the upstream is slow", app)
 	}
@@ -128,8 +214,16 @@ func (s *TokenServer) status(ctx context.Context, app string, err error) error {
 	switch {
 	case errors.Is(err, token.ErrUnknownApp):
 		code, reason = codes.NotFound, ReasonUnknownApp
-	case errors.Is(err, token.ErrRefreshLimited):
+	case errors.Is(err, token.ErrTicketType):
+		return status.Error(codes.InvalidArgument, "type: "+err.Error())
+	case errors.Is(err, token.ErrRefreshLimited), errors.Is(err, token.ErrAppRefreshLimited), errors.Is(err, token.ErrClientLimited):
 		code, reason = codes.ResourceExhausted, ReasonForceRefreshLimited
+		switch {
+		case errors.Is(err, token.ErrAppRefreshLimited):
+			reason = ReasonAppRefreshLimited
+		case errors.Is(err, token.ErrClientLimited):
+			reason = ReasonClientRefreshLimited
+		}
 		if upstream {
 			_, m := we.ErrorInfo()
 			maps.Copy(meta, m)

@@ -19,6 +19,7 @@ import (
 	lockdv1 "github.com/lockd/lockd/gen/lockd/v1"
 	"github.com/lockd/lockd/internal/redistest"
 	"github.com/lockd/lockd/internal/service"
+	"github.com/lockd/lockd/internal/testclock"
 	"github.com/lockd/lockd/internal/testlog"
 	"github.com/lockd/lockd/internal/token"
 	"github.com/lockd/lockd/internal/wechat"
@@ -157,7 +158,8 @@ func TestTokenServiceMintsOncePerRefreshAcrossInstances(t *testing.T) {
 			t.Parallel()
 			fake := newTokenFake(t)
 			fake.SetLatency(50 * time.Millisecond)
-			f := startTokenFleet(t, redistest.Start(t), 3, fake, token.Options{})
+			clock := testclock.New(time.Now())
+			f := startTokenFleet(t, redistest.Start(t), 3, fake, token.Options{Now: clock.Now})
 			ctx := timeout(t, 30*time.Second)
 			get := func(c lockdv1.TokenServiceClient) (tokenReply, error) {
 				return c.GetAccessToken(ctx, &lockdv1.GetAccessTokenRequest{App: app.name})
@@ -167,27 +169,49 @@ func TestTokenServiceMintsOncePerRefreshAcrossInstances(t *testing.T) {
 					return c.RefreshAccessToken(ctx, &lockdv1.RefreshAccessTokenRequest{App: app.name, InvalidToken: invalid})
 				}
 			}
+			wctx, stopWatch := context.WithCancel(ctx)
+			defer stopWatch()
+			watch, err := f.clients[2].WatchAccessToken(wctx, &lockdv1.WatchAccessTokenRequest{App: app.name})
+			if err != nil {
+				t.Fatal(err)
+			}
 
 			first := only(t, "200 cold GetAccessToken", f.burst(200, get))
 			if n := fake.Mints(app.id); n != 1 {
 				t.Fatalf("200 cold GetAccessToken: %d mints, want 1", n)
 			}
-			second := only(t, "100 RefreshAccessToken of the current token", f.burst(100, refresh(first)))
-			if n := fake.Mints(app.id); n != 2 {
-				t.Fatalf("100 RefreshAccessToken of the current token: %d mints in all, want 2", n)
+			if got, err := watch.Recv(); err != nil || got.GetAccessToken() != first {
+				t.Fatalf("the watch's first token: %v, %v", got, err)
 			}
-			if app.name != "wecom" && second == first {
-				t.Fatal("RefreshAccessToken returned the reported token")
+			if again := only(t, "100 RefreshAccessToken of a token the upstream accepts", f.burst(100, refresh(first))); again != first {
+				t.Fatal("RefreshAccessToken replaced a token the upstream accepts")
 			}
-			stale := first
+			// The upstream drops the token.
 			if app.name == "wecom" {
-				stale = "stale-token"
+				fake.RevokeTokens(app.id)
+			} else {
+				fake.Reject(first)
 			}
-			if third := only(t, "100 RefreshAccessToken of a stale token", f.burst(100, refresh(stale))); third != second {
+			clock.Advance(time.Minute) // past the fleet's trust in its check of it
+			second := only(t, "100 RefreshAccessToken of the refused token", f.burst(100, refresh(first)))
+			if n := fake.Issued(app.id); n != 2 || second == first {
+				t.Fatalf("100 RefreshAccessToken of the refused token: %d tokens minted in all, want 2", n)
+			}
+			if got, err := watch.Recv(); err != nil || got.GetAccessToken() != second {
+				t.Fatalf("the watch on another instance: %v, %v; want the new token", got, err)
+			}
+			if third := only(t, "100 RefreshAccessToken of a stale token", f.burst(100, refresh(first))); third != second {
 				t.Fatal("RefreshAccessToken of a stale token did not return the cached token")
 			}
-			if n := fake.Mints(app.id); n != 2 {
-				t.Fatalf("RefreshAccessToken of a stale token minted: %d mints in all, want 2", n)
+			if n := fake.Issued(app.id); n != 2 {
+				t.Fatalf("RefreshAccessToken of a stale token minted: %d tokens in all, want 2", n)
+			}
+			ticket := only(t, "100 GetTicket", f.burst(100, func(c lockdv1.TokenServiceClient) (tokenReply, error) {
+				res, err := c.GetTicket(ctx, &lockdv1.GetTicketRequest{App: app.name, Type: lockdv1.TicketType_TICKET_TYPE_JSAPI})
+				return ticketReply{res}, err
+			}))
+			if !fake.TicketValid(ticket) || fake.TicketsIssued(app.id) != 1 {
+				t.Fatalf("GetTicket: valid %v, %d tickets issued", fake.TicketValid(ticket), fake.TicketsIssued(app.id))
 			}
 			if secretLeaks(f.logs.String()) {
 				t.Fatalf("the logs hold the secret:\n%s", f.logs)
@@ -195,6 +219,11 @@ func TestTokenServiceMintsOncePerRefreshAcrossInstances(t *testing.T) {
 		})
 	}
 }
+
+// ticketReply lets a burst collect tickets.
+type ticketReply struct{ *lockdv1.GetTicketResponse }
+
+func (r ticketReply) GetAccessToken() string { return r.GetTicket() }
 
 func TestTokenErrorsCarryTheirCodeAndErrcode(t *testing.T) {
 	t.Parallel()
@@ -250,7 +279,7 @@ func TestTokenErrorsCarryTheirCodeAndErrcode(t *testing.T) {
 			if tt.setup != nil {
 				tt.setup(fake)
 			}
-			tt.opts.Prefix = fmt.Sprintf("lockd:token:test%d", i)
+			tt.opts.Prefix = fmt.Sprintf("lockd-test%d", i)
 			f := startTokenFleet(t, srv, 2, fake, tt.opts)
 			ctx := timeout(t, 30*time.Second)
 			var id string
@@ -384,7 +413,7 @@ func TestTokenRedisDownIsUnavailableWithoutAMintStormAfter(t *testing.T) {
 	// The stored token is served on.
 	rdb := redis.NewClient(&redis.Options{Addr: srv.Addr()})
 	defer rdb.Close()
-	if cached, err := rdb.HGet(ctx, "lockd:token:{classic}", "token").Result(); err != nil || cached != tok {
+	if cached, err := rdb.HGet(ctx, "lockd:token:{wechat:classic:wx-classic}", "token").Result(); err != nil || cached != tok {
 		t.Fatalf("cached token %q, %v", cached, err)
 	}
 

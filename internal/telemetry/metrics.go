@@ -31,8 +31,9 @@ const (
 	outcomeTimeout = "timeout"
 )
 
-// modes is the number of per-mode attribute slots: unknown, read, write.
-const modes = 3
+// modes is the number of per-mode attribute slots: unknown, read, write,
+// permit.
+const modes = 4
 
 // modeIndex maps a mode to its slot; 0 holds modes this package does not know.
 func modeIndex(m redislock.Mode) int {
@@ -41,6 +42,8 @@ func modeIndex(m redislock.Mode) int {
 		return 1
 	case redislock.Write:
 		return 2
+	case redislock.Permit:
+		return 3
 	}
 	return 0
 }
@@ -52,6 +55,8 @@ func modeLabel(i int) string {
 		return redislock.Read.String()
 	case 2:
 		return redislock.Write.String()
+	case 3:
+		return redislock.Permit.String()
 	}
 	return "unknown"
 }
@@ -155,11 +160,12 @@ const ErrcodeTransport = "transport"
 
 // TokenMetrics records the token broker's events as
 // lockd_token_mints_total{app} and
-// lockd_token_upstream_errors_total{app,errcode}. A nil *TokenMetrics
-// records nothing.
+// lockd_token_upstream_errors_total{app,errcode}, and each app's token state
+// as the gauges of TokenState. A nil *TokenMetrics records nothing.
 type TokenMetrics struct {
 	mints  metric.Int64Counter
 	errors metric.Int64Counter
+	states tokenStates
 }
 
 // newTokenMetrics creates the token instruments on meter.
@@ -174,6 +180,9 @@ func newTokenMetrics(meter metric.Meter) (*TokenMetrics, error) {
 	if m.errors, err = meter.Int64Counter("lockd.token.upstream_errors",
 		metric.WithDescription("Failed upstream token calls, by the upstream's errcode, or \"transport\" when there was none."),
 		metric.WithUnit("{error}")); err != nil {
+		return nil, err
+	}
+	if err := m.states.register(meter); err != nil {
 		return nil, err
 	}
 	return m, nil

@@ -35,6 +35,17 @@ func TestMetricsExposition(t *testing.T) {
 	tokens.TokenUpstreamError("wxapp", 40001)
 	tokens.TokenTransportError("wxapp")
 	tokens.TokenTransportError("wxapp")
+	tokens.TokenState("wxapp", time.Now().Add(time.Hour), 3, 0, false)
+	tokens.TokenState("wxapp", time.Now().Add(time.Hour), -1, 2, true) // Redis away: mints unknown
+	tokens.TokenState("idle", time.Time{}, 0, 0, false)
+	sec := tel.Security()
+	sec.AuthRefused("unknown_token")
+	sec.AuthRefused("unknown_token")
+	sec.TLSHandshakeFailed("client_certificate")
+	sec.TLSReloadFailed("client_ca")
+	sec.ConfigReloaded(true)
+	sec.ConfigReloaded(false)
+	sec.RegisterCertificateExpiry(func() (time.Time, bool) { return time.Unix(1900000000, 0), true })
 
 	fams := scrape(t, tel.MetricsHandler())
 
@@ -56,6 +67,15 @@ func TestMetricsExposition(t *testing.T) {
 		{"a mint is counted per app", "lockd_token_mints_total", dto.MetricType_COUNTER, map[string]string{"app": "wxapp"}, 1},
 		{"an upstream errcode is labelled in decimal", "lockd_token_upstream_errors_total", dto.MetricType_COUNTER, map[string]string{"app": "wxapp", "errcode": "40001"}, 1},
 		{"a transport failure is labelled errcode transport", "lockd_token_upstream_errors_total", dto.MetricType_COUNTER, map[string]string{"app": "wxapp", "errcode": "transport"}, 2},
+		{"the fleet's mints today are the last known", "lockd_token_mints_today", dto.MetricType_GAUGE, map[string]string{"app": "wxapp"}, 3},
+		{"failures in a row are the last reported", "lockd_token_refresh_failures", dto.MetricType_GAUGE, map[string]string{"app": "wxapp"}, 2},
+		{"serving from memory is 1", "lockd_token_from_memory", dto.MetricType_GAUGE, map[string]string{"app": "wxapp"}, 1},
+		{"an app without a token has no life left", "lockd_token_remaining_seconds", dto.MetricType_GAUGE, map[string]string{"app": "idle"}, 0},
+		{"auth failures are counted by reason", "lockd_auth_failures_total", dto.MetricType_COUNTER, map[string]string{"reason": "unknown_token"}, 2},
+		{"TLS handshake failures are counted by reason", "lockd_tls_handshake_failures_total", dto.MetricType_COUNTER, map[string]string{"reason": "client_certificate"}, 1},
+		{"TLS reload failures are counted by file", "lockd_tls_reload_failures_total", dto.MetricType_COUNTER, map[string]string{"file": "client_ca"}, 1},
+		{"config reloads are counted by result", "lockd_config_reloads_total", dto.MetricType_COUNTER, map[string]string{"result": "refused"}, 1},
+		{"the certificate's expiry is a timestamp", "lockd_tls_certificate_expiry_timestamp_seconds", dto.MetricType_GAUGE, map[string]string{}, 1900000000},
 		{"the RPC is measured by otelgrpc", "rpc_server_call_duration_seconds", dto.MetricType_HISTOGRAM, map[string]string{"rpc_method": "lockd.telemetrytest.Pinger/Ping", "rpc_response_status_code": "OK", "rpc_system_name": "grpc"}, 1},
 	}
 	for _, tc := range tests {
@@ -102,6 +122,13 @@ func TestMetricsExposition(t *testing.T) {
 					t.Errorf("%s has a health check series: %v", name, labels(m))
 				}
 			}
+		}
+	})
+	t.Run("the token's life left is counted at the scrape", func(t *testing.T) {
+		t.Parallel()
+		m := find(fams["lockd_token_remaining_seconds"], map[string]string{"app": "wxapp"})
+		if v := m.GetGauge().GetValue(); v < 3500 || v > 3600 {
+			t.Errorf("lockd_token_remaining_seconds = %v, want about an hour", v)
 		}
 	})
 	t.Run("the wait histogram spans sub-millisecond to minutes", func(t *testing.T) {

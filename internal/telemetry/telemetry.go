@@ -94,6 +94,7 @@ type Telemetry struct {
 
 	locks     *LockMetrics
 	tokens    *TokenMetrics
+	security  *SecurityMetrics
 	keepAlive atomic.Pointer[func() int64]
 	pools     pools
 
@@ -170,7 +171,9 @@ func Setup(ctx context.Context, opts Options) (*Telemetry, error) {
 	if t.locks, err = newLockMetrics(meter); err == nil {
 		if t.tokens, err = newTokenMetrics(meter); err == nil {
 			if err = t.registerKeepAliveGauge(meter); err == nil {
-				err = t.registerPoolMetrics(meter)
+				if err = t.registerPoolMetrics(meter); err == nil {
+					t.security, err = newSecurityMetrics(meter)
+				}
 			}
 		}
 	}
@@ -308,7 +311,7 @@ func traceConfig(endpoint string, getenv func(string) string) (tracing, error) {
 // function given to RegisterKeepAliveStreams.
 func (t *Telemetry) registerKeepAliveGauge(meter metric.Meter) error {
 	_, err := meter.Int64ObservableGauge("lockd.keepalive.streams",
-		metric.WithDescription("KeepAlive streams open on this replica."),
+		metric.WithDescription("Streams that keep a lease alive or watch an election (KeepAlive, Hold, Campaign, Observe) open on this replica."),
 		metric.WithUnit("{stream}"),
 		metric.WithInt64Callback(func(_ context.Context, o metric.Int64Observer) error {
 			if f := t.keepAlive.Load(); f != nil {
@@ -336,6 +339,9 @@ func (t *Telemetry) Locks() *LockMetrics { return t.locks }
 
 // Tokens returns the token broker's metrics.
 func (t *Telemetry) Tokens() *TokenMetrics { return t.tokens }
+
+// Security returns the authentication, TLS and reload metrics.
+func (t *Telemetry) Security() *SecurityMetrics { return t.security }
 
 // MetricsHandler serves the registry in the Prometheus text format; lockd
 // mounts it at /metrics.

@@ -4,38 +4,115 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"log/slog"
+	"os"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/lockd/lockd/internal/redislock"
 	"github.com/lockd/lockd/internal/wechat"
 )
 
-// app is one served app: its upstream client, keys, notices and the calls
-// in flight in this process.
+// app is one served app: its upstream client and keys, its access_token and
+// its tickets.
 type app struct {
-	b      *Broker
-	name   string
-	client *wechat.Client
-	keys   keys
-	sig    *signal
+	b       *Broker
+	name    string
+	client  *wechat.Client
+	id      string // the upstream account, see identity
+	fp      string // fingerprint of the credentials
+	keys    appKeys
+	token   *value
+	tickets map[wechat.TicketType]*value
+}
+
+func newApp(b *Broker, cfg App, client *wechat.Client, id string) *app {
+	a := &app{
+		b:       b,
+		name:    cfg.Name,
+		client:  client,
+		id:      id,
+		fp:      fingerprint("credentials", cfg.Upstream),
+		keys:    newAppKeys(b.opts.Prefix, id),
+		tickets: map[wechat.TicketType]*value{},
+	}
+	a.token = newValue(a, "")
+	for _, kind := range client.TicketTypes() {
+		a.tickets[kind] = newValue(a, kind)
+	}
+	return a
+}
+
+// values returns the app's access_token and tickets.
+func (a *app) values() []*value {
+	out := []*value{a.token}
+	for _, kind := range a.client.TicketTypes() {
+		out = append(out, a.tickets[kind])
+	}
+	return out
+}
+
+// value is one cached value of an app, its access_token or a ticket, with
+// the calls in flight for it in this process and the last one read.
+type value struct {
+	a       *app
+	b       *Broker
+	ticket  wechat.TicketType // "" for the access_token
+	name    string            // for logs and errors: the app, or app/ticket
+	keys    valueKeys
+	lockKey string
+	payload string // of its notices
+	sig     *signal
 
 	mu      sync.Mutex
 	flights map[string]*flight
+	mem     memory
+
+	lastTouch  atomic.Int64 // local unix nanoseconds of the last demand mark
+	fromMemory atomic.Bool
+}
+
+// memory is the last value this replica read: served while Redis cannot be
+// reached, and the reference against which a Redis clock that stepped back
+// is caught.
+type memory struct {
+	token  string
+	gen    int64
+	expire time.Time // by the local clock
+}
+
+func newValue(a *app, kind wechat.TicketType) *value {
+	v := &value{
+		a:       a,
+		b:       a.b,
+		ticket:  kind,
+		name:    a.name,
+		keys:    newValueKeys(a.keys, kind, a.fp),
+		lockKey: a.id,
+		payload: "token",
+		sig:     newSignal(),
+		flights: map[string]*flight{},
+	}
+	if kind != "" {
+		v.name += "/" + string(kind)
+		v.lockKey += ":ticket:" + string(kind)
+		v.payload = "ticket:" + string(kind)
+	}
+	return v
 }
 
 // want is what a call needs from the cache.
 type want struct {
 	cause   Cause
 	invalid string // CauseInvalid: the token the caller reported
+	caller  Caller
 }
 
-// key names the flight that serves w: every Get shares one, every Refresh
-// of the same token shares one.
+// key names the flight that serves w: every Get shares one, every report of
+// the same token by the same client shares one.
 func (w want) key() string {
 	if w.cause == CauseInvalid {
-		return "refresh:" + w.invalid
+		return "report:" + w.caller.Name + ":" + w.invalid
 	}
 	return "get"
 }
@@ -50,315 +127,284 @@ type flight struct {
 	cancel context.CancelFunc
 }
 
+// errWait tells obtain to wait for the cache to change instead of minting:
+// the upstream has nothing fresher to hand out yet.
+var errWait = errors.New("token: nothing fresher yet")
+
 // join runs w through the flight for it, starting one if none is under
 // way, and waits for its result or ctx. The flight runs on the broker's
 // context, bounded by MaxWait; when every caller has left it stops, unless
 // it is minting.
-func (a *app) join(ctx context.Context, w want) (Token, error) {
+func (v *value) join(ctx context.Context, w want) (Token, error) {
 	key := w.key()
-	a.mu.Lock()
-	if a.b.ctx.Err() != nil {
-		a.mu.Unlock()
+	v.mu.Lock()
+	if v.b.ctx.Err() != nil {
+		v.mu.Unlock()
 		return Token{}, ErrClosed
 	}
-	f := a.flights[key]
+	f := v.flights[key]
 	if f == nil {
-		fctx, cancel := context.WithTimeout(a.b.ctx, a.b.opts.MaxWait)
+		fctx, cancel := context.WithTimeout(v.b.ctx, v.b.opts.MaxWait)
 		f = &flight{done: make(chan struct{}), cancel: cancel}
-		a.flights[key] = f
-		go a.fly(fctx, key, f, w)
+		v.flights[key] = f
+		go v.fly(fctx, key, f, w)
 	}
 	f.refs++
-	a.mu.Unlock()
+	v.mu.Unlock()
 
 	select {
 	case <-f.done:
 		return f.tok, f.err
 	case <-ctx.Done():
-		a.mu.Lock()
+		v.mu.Lock()
 		f.refs--
-		if f.refs == 0 && a.flights[key] == f {
-			delete(a.flights, key)
+		if f.refs == 0 && v.flights[key] == f {
+			delete(v.flights, key)
 			f.cancel()
 		}
-		a.mu.Unlock()
+		v.mu.Unlock()
 		return Token{}, ctx.Err()
 	}
 }
 
-func (a *app) fly(ctx context.Context, key string, f *flight, w want) {
-	tok, err := a.obtain(ctx, w)
+func (v *value) fly(ctx context.Context, key string, f *flight, w want) {
+	var tok Token
+	var err error
+	if w.cause == CauseInvalid {
+		tok, err = v.obtainReport(ctx, w)
+	} else {
+		tok, err = v.obtain(ctx, w)
+	}
 	if err != nil && ctx.Err() != nil && errors.Is(err, ctx.Err()) {
 		// The flight's own bound, not a caller's deadline, ended it.
-		if a.b.ctx.Err() != nil {
+		if v.b.ctx.Err() != nil {
 			err = ErrClosed
 		} else {
-			err = fmt.Errorf("%w for app %q after %v", ErrTimeout, a.name, a.b.opts.MaxWait)
+			err = fmt.Errorf("%w for %q after %v", ErrTimeout, v.name, v.b.opts.MaxWait)
 		}
 	}
-	a.mu.Lock()
-	if a.flights[key] == f {
-		delete(a.flights, key)
+	v.mu.Lock()
+	if v.flights[key] == f {
+		delete(v.flights, key)
 	}
 	f.tok, f.err = tok, err
-	a.mu.Unlock()
+	v.mu.Unlock()
 	f.cancel()
 	close(f.done)
 }
 
-// obtain returns a token that satisfies w: from the cache, from a mint of
-// its own while holding the app's lock, or from another replica's mint,
+// obtain returns a value with enough life left: from the cache, from a mint
+// of its own while holding the lock, or from another replica's mint,
 // announced by a notice or found by a periodic re-check.
-func (a *app) obtain(ctx context.Context, w want) (Token, error) {
+func (v *value) obtain(ctx context.Context, w want) (Token, error) {
 	for {
-		// Take the notice channel before reading: a token stored after
+		// Take the notice channel before reading: a value stored after
 		// the read closes it.
-		notice := a.sig.await()
-		st, err := a.read(ctx)
+		notice := v.sig.await()
+		st, err := v.read(ctx, true)
 		if err != nil {
+			if tok, ok := v.remembered(""); ok {
+				return tok, nil
+			}
 			return Token{}, err
 		}
-		if tok, ok := a.satisfies(st, w); ok {
-			return tok, nil
+		if v.servable(st) {
+			return st.result(), nil
 		}
 		if st.failure != nil {
 			return Token{}, st.failure
 		}
-		res, err := a.b.locks.Acquire(ctx, redislock.Request{Key: a.name, Mode: redislock.Write, TTL: a.b.lockTTL})
-		if err != nil {
-			return Token{}, a.redisErr(err)
+		wait := st.fresherIn()
+		if wait <= 0 {
+			tok, err, done, retry := v.tryLead(ctx, w)
+			if done {
+				return tok, err
+			}
+			wait = retry
 		}
-		if res.Acquired {
-			return a.lead(ctx, res.Lease, w)
-		}
-		timer := time.NewTimer(max(min(res.RetryAfter, a.b.opts.Recheck), time.Millisecond))
-		select {
-		case <-notice:
-		case <-timer.C:
-		case <-ctx.Done():
-			timer.Stop()
-			return Token{}, ctx.Err()
-		}
-		timer.Stop()
-	}
-}
-
-// satisfies reports whether the cached state answers w without a mint.
-func (a *app) satisfies(st state, w want) (Token, bool) {
-	left := st.remaining()
-	if left <= 0 {
-		return Token{}, false
-	}
-	switch w.cause {
-	case CauseInvalid:
-		if st.token == w.invalid {
-			// Reported again right after a Refresh minted it: the
-			// upstream just vouched for it (WeCom hands out the same token
-			// while it is valid), so do not ask again at once.
-			fresh := st.cause == CauseInvalid && st.now.Sub(st.written) < a.b.opts.RefreshCooldown
-			return st.result(), fresh
-		}
-		return st.result(), a.servable(st)
-	case CauseAhead:
-		return st.result(), st.same || left > a.b.ahead(st.lifetime)
-	}
-	return st.result(), a.servable(st)
-}
-
-// servable reports whether Get may hand out the cached token: it has more
-// than the margin left, or the upstream offers nothing fresher (it handed
-// the same token back), or the upstream is failing (keep serving the last
-// good token while it is valid).
-func (a *app) servable(st state) bool {
-	left := st.remaining()
-	return left > 0 && (left > a.b.margin(st.lifetime) || st.same || st.failure != nil)
-}
-
-// lead mints while holding the app's lock: it reads the cache again (a
-// replica that held the lock before may have minted), mints, stores the
-// token and releases the lock.
-func (a *app) lead(ctx context.Context, lease redislock.Lease, w want) (Token, error) {
-	// A mint once begun is finished and stored even if every caller left.
-	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), a.b.lockTTL)
-	defer cancel()
-	// The lock is kept alive while the upstream answers, however slowly;
-	// should it be lost anyway, the mint stops before another replica's
-	// could overlap it.
-	ctx, lost := context.WithCancelCause(ctx)
-	defer lost(nil)
-	go func() {
-		err := a.b.locks.KeepAlive(ctx, a.name, lease.ID, 0, func(redislock.Lease) error { return nil })
-		if errors.Is(err, redislock.ErrNotHeld) {
-			lost(err)
-		}
-	}()
-	defer func() {
-		rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 2*time.Second)
-		defer cancel()
-		if _, err := a.b.locks.Release(rctx, a.name, lease.ID, ""); err != nil && !errors.Is(err, redislock.ErrNotHeld) {
-			a.b.log.Warn("token: releasing the app's lock", "app", a.name, "err", err)
-		}
-	}()
-
-	st, err := a.read(ctx)
-	if err != nil {
-		return Token{}, err
-	}
-	if tok, ok := a.satisfies(st, w); ok {
-		return tok, nil
-	}
-	if st.failure != nil {
-		return Token{}, st.failure
-	}
-
-	var limited *Error
-	force := false
-	if w.cause == CauseInvalid && st.token == w.invalid && a.client.ForceRefreshes() {
-		// The stable API hands out the cached token again until its last
-		// minutes; only force_refresh replaces it.
-		force, limited, err = a.allowForce(ctx, st.now)
-		if err != nil {
+		if err := v.sleep(ctx, notice, min(wait, v.b.opts.Recheck)); err != nil {
 			return Token{}, err
 		}
 	}
-	tok, sent, err := a.mint(ctx, w.cause, force)
-	if err != nil && force && errors.Is(err, wechat.ErrQuota) {
-		// WeChat refused the force_refresh itself. Its normal mode may
-		// still hand out a newer token, minted outside lockd.
-		limited = &Error{App: a.name, Err: fmt.Errorf("%w: %w", ErrRefreshLimited, err)}
-		tok, sent, err = a.mint(ctx, w.cause, false)
-	}
-	if err != nil {
-		return a.mintFailed(ctx, st, w, err)
-	}
-	cause := w.cause
-	if limited != nil && tok.AccessToken == w.invalid {
-		// Not a replacement: later reporters should try again once the
-		// limit allows, not be told the upstream vouched for it.
-		cause = CauseDemand
-	}
-	out, err := a.write(ctx, st, tok, sent, cause, lease.FencingToken)
-	if err != nil {
-		return Token{}, err
-	}
-	if limited != nil && out.AccessToken == w.invalid {
-		return Token{}, limited
-	}
-	return out, nil
 }
 
-// allowForce takes a force_refresh from the app's budget, or says why not.
-func (a *app) allowForce(ctx context.Context, now time.Time) (bool, *Error, error) {
-	day := Day(now)
-	reply, err := forceScript.Run(ctx, a.b.rdb, []string{a.keys.forces(day), a.keys.forceGate()},
-		a.b.opts.ForceRefreshPerDay, a.b.opts.ForceRefreshInterval.Milliseconds(), counterTTL.Milliseconds()).Slice()
+// tryLead takes the value's lock and leads when it is free. It is done
+// unless the lock is busy (retry is then how long its holder may keep it)
+// or the leader found nothing fresher to be had yet (retry 0): then the
+// caller waits and looks again.
+func (v *value) tryLead(ctx context.Context, w want) (tok Token, err error, done bool, retry time.Duration) {
+	res, err := v.acquire(ctx)
 	if err != nil {
-		return false, nil, a.redisErr(err)
+		return Token{}, err, true, 0
 	}
-	ok, why, wait, err := parseForce(reply, now, a.b.opts.ForceRefreshPerDay)
-	if err != nil || ok {
-		return ok, nil, err
+	if !res.Acquired {
+		return Token{}, nil, false, res.RetryAfter
 	}
-	a.b.log.Warn("token: force_refresh not allowed now", "app", a.name, "reason", why, "retry_after", wait.String())
-	return false, &Error{App: a.name, Err: fmt.Errorf("%w: %s", ErrRefreshLimited, why), RetryAfter: wait}, nil
+	tok, err = v.lead(ctx, res.Lease, w)
+	if errors.Is(err, errWait) {
+		return Token{}, nil, false, 0
+	}
+	return tok, err, true, 0
 }
 
-// mint calls the upstream once, reporting the outcome to the observer and
-// the log. It returns when the request was sent, which the token's lifetime
-// counts from.
-func (a *app) mint(ctx context.Context, cause Cause, force bool) (wechat.Token, time.Time, error) {
-	sent := time.Now()
-	tok, err := a.client.Mint(ctx, force)
-	obs := a.b.opts.Observer
-	var we *wechat.Error
+// sleep waits for d, a notice or the end of ctx.
+func (v *value) sleep(ctx context.Context, notice <-chan struct{}, d time.Duration) error {
+	timer := time.NewTimer(max(d, time.Millisecond))
+	defer timer.Stop()
+	select {
+	case <-notice:
+	case <-timer.C:
+	case <-ctx.Done():
+		return ctx.Err()
+	}
+	return nil
+}
+
+// acquire tries once to take the lock on the value.
+func (v *value) acquire(ctx context.Context) (redislock.Result, error) {
+	res, err := v.b.locks.Acquire(ctx, redislock.Request{Key: v.lockKey, Mode: redislock.Write, TTL: v.b.opts.MintLockTTL})
+	if err != nil {
+		return res, v.redisErr(err)
+	}
+	return res, nil
+}
+
+// servable reports whether the cached value may be handed out: it has more
+// than the margin left; or, while the upstream has nothing fresher to give
+// or is failing, more than the least margin a caller needs to use it.
+func (v *value) servable(st state) bool {
+	left := st.left()
 	switch {
-	case err == nil:
-		obs.TokenMinted(a.name)
-		if co, ok := obs.(CauseObserver); ok {
-			co.TokenMintedBecause(a.name, cause)
-		}
-		a.b.log.Info("token: minted", "app", a.name, "cause", cause.String(), "force_refresh", force,
-			"expires_in", tok.ExpiresIn.String(), "took", time.Since(sent).Round(time.Millisecond).String())
-	case errors.As(err, &we):
-		if we.Errcode != 0 {
-			obs.TokenUpstreamError(a.name, we.Errcode)
-		} else {
-			obs.TokenTransportError(a.name)
-		}
-		level := slog.LevelWarn
-		if we.Class == wechat.ClassCredentials {
-			level = slog.LevelError
-		}
-		a.b.log.Log(ctx, level, "token: mint failed", "app", a.name, "cause", cause.String(), "force_refresh", force,
-			"class", we.Class.String(), "errcode", we.Errcode, "err", err)
+	case left <= 0:
+		return false
+	case left > v.b.margin(st.lifetime):
+		return true
 	}
-	return tok, sent, err
+	return (st.fresherIn() > 0 || st.failure != nil) && left > v.b.minMargin(st.lifetime)
 }
 
-// mintFailed records a failed mint for the fleet and decides the answer:
-// the last good token while it is valid (unless it is the one reported
-// invalid), else the failure.
-func (a *app) mintFailed(ctx context.Context, st state, w want, err error) (Token, error) {
-	var we *wechat.Error
-	if !errors.As(err, &we) {
-		return Token{}, err // the broker is closing
+// read runs read.lua for the value, bounded by Options.RedisTimeout. With
+// demand, it marks the value as asked for (at most every tenth of
+// IdleAfter). It reconciles what it read with this replica's memory of the
+// value and reports the access_token's state to the observer.
+func (v *value) read(ctx context.Context, demand bool) (state, error) {
+	idle := int64(0)
+	if demand && v.b.opts.IdleAfter > 0 {
+		now := time.Now().UnixNano()
+		every := min(v.b.opts.IdleAfter/10, time.Minute)
+		if last := v.lastTouch.Load(); now-last >= int64(every) && v.lastTouch.CompareAndSwap(last, now) {
+			idle = v.b.opts.IdleAfter.Milliseconds()
+		}
 	}
-	hold := a.b.opts.UnavailableHold
-	switch we.Class {
-	case wechat.ClassCredentials:
-		hold = a.b.opts.CredentialsHold
-	case wechat.ClassQuota:
-		hold = a.b.opts.QuotaHold
-	}
-	if ferr := failScript.Run(ctx, a.b.rdb, []string{a.keys.failure},
-		encodeFailure(we), hold.Milliseconds(), a.keys.channel, a.b.publish).Err(); ferr != nil {
-		a.b.log.Warn("token: recording the failed mint", "app", a.name, "err", ferr)
-	}
-	if st.token != "" && st.token != w.invalid && st.remaining() > 0 {
-		return st.result(), nil
-	}
-	return Token{}, &Error{App: a.name, Err: we, RetryAfter: hold}
-}
-
-// write stores a minted token and announces it. When Redis fails, the token
-// is still good: it is returned, with its expiry by the local clock.
-func (a *app) write(ctx context.Context, st state, tok wechat.Token, sent time.Time, cause Cause, fence uint64) (Token, error) {
-	elapsed := time.Since(sent)
-	reply, err := writeScript.Run(ctx, a.b.rdb, []string{a.keys.base, a.keys.failure, a.keys.mints(Day(st.now))},
-		tok.AccessToken, tok.ExpiresIn.Milliseconds(), elapsed.Milliseconds(), cause.String(), fence,
-		a.keys.channel, a.b.publish, counterTTL.Milliseconds()).Slice()
+	rctx, cancel := context.WithTimeout(ctx, v.b.opts.RedisTimeout)
+	defer cancel()
+	at := time.Now()
+	k := v.keys
+	reply, err := readScript.Run(rctx, v.b.rdb, []string{k.value, k.failure, k.demand, k.mints(Day(at)), k.verdict}, idle).Slice()
 	if err != nil {
-		a.b.log.Warn("token: storing the minted token failed; returning it uncached", "app", a.name, "err", err)
-		return Token{AccessToken: tok.AccessToken, ExpireTime: sent.Add(tok.ExpiresIn)}, nil
+		if idle > 0 {
+			v.lastTouch.Store(0)
+		}
+		if ctx.Err() == nil && rctx.Err() != nil {
+			err = fmt.Errorf("no answer within %v: %w", v.b.opts.RedisTimeout, os.ErrDeadlineExceeded)
+		}
+		v.observe(state{}, true)
+		return state{}, v.redisErr(err)
 	}
-	res, expire, err := parseWrite(reply)
-	switch {
-	case err != nil:
-		return Token{}, err
-	case res.newer != nil:
-		a.b.log.Warn("token: a newer minter stored its token first; returning that one", "app", a.name)
-		return *res.newer, nil
-	case !res.stored:
-		return Token{}, &Error{App: a.name, Err: &wechat.Error{Class: wechat.ClassUnavailable, Endpoint: a.client.Endpoint(),
-			Err: fmt.Errorf("the token's expires_in (%v) ran out before it was stored", tok.ExpiresIn)}}
-	}
-	return Token{AccessToken: tok.AccessToken, ExpireTime: expire}, nil
-}
-
-// read runs read.lua for the app.
-func (a *app) read(ctx context.Context) (state, error) {
-	reply, err := readScript.Run(ctx, a.b.rdb, []string{a.keys.base, a.keys.failure}).Slice()
+	st, err := readState(reply, v.name, at)
 	if err != nil {
-		return state{}, a.redisErr(err)
+		return state{}, err
 	}
-	return readState(reply, a.name)
+	if v.b.opts.IdleAfter < 0 {
+		st.demand = true
+	}
+	v.reconcile(&st)
+	v.observe(st, false)
+	return st, nil
 }
 
-// redisErr names the app on a Redis error, keeping context errors as they
+// clockStepTolerance is how far later than before a value read again may
+// seem to expire before it counts as Redis's clock stepping back, rather
+// than round trips of different lengths.
+const clockStepTolerance = 2 * time.Second
+
+// reconcile keeps, for a value this replica read before, the earlier of the
+// expiries it was told: should Redis's clock step back, the value would
+// otherwise seem to gain life. It then remembers the value for outages.
+func (v *value) reconcile(st *state) {
+	v.mu.Lock()
+	defer v.mu.Unlock()
+	if st.token == "" {
+		return
+	}
+	local := st.at.Add(st.expire.Sub(st.now))
+	if v.mem.token == st.token && v.mem.gen == st.gen {
+		if shift := local.Sub(v.mem.expire); shift > clockStepTolerance {
+			st.expire = st.expire.Add(-shift)
+			st.hi = st.hi.Add(-shift)
+			if !st.renew.IsZero() {
+				st.renew = st.renew.Add(-shift)
+			}
+			if st.written.After(st.now) {
+				st.written = st.now
+			}
+			return
+		}
+	}
+	v.mem = memory{token: st.token, gen: st.gen, expire: local}
+}
+
+// remembered returns the last value this replica read while it has more
+// than the least margin left, unless it is the one reported invalid: what
+// is served while Redis cannot be reached.
+func (v *value) remembered(invalid string) (Token, bool) {
+	v.mu.Lock()
+	m := v.mem
+	v.mu.Unlock()
+	if m.token == "" || m.token == invalid || time.Until(m.expire) <= v.b.opts.MinMargin {
+		return Token{}, false
+	}
+	if !v.fromMemory.Swap(true) {
+		v.b.log.Warn("token: Redis cannot be reached; serving the last token read from memory while it is valid",
+			"app", v.name, "expires_in", time.Until(m.expire).Round(time.Second).String())
+	}
+	v.observe(state{}, true)
+	return Token{AccessToken: m.token, ExpireTime: m.expire.Round(0)}, true
+}
+
+// observe reports the access_token's state after a read (st zero when
+// Redis could not be read).
+func (v *value) observe(st state, failed bool) {
+	if !failed && v.fromMemory.Swap(false) {
+		v.b.log.Info("token: Redis answers again; no longer serving from memory", "app", v.name)
+	}
+	so, ok := v.b.opts.Observer.(StateObserver)
+	if !ok || v.ticket != "" {
+		return
+	}
+	if failed {
+		v.mu.Lock()
+		m := v.mem
+		v.mu.Unlock()
+		var expire time.Time
+		if time.Until(m.expire) > 0 {
+			expire = m.expire
+		}
+		so.TokenState(v.a.name, expire, -1, -1, v.fromMemory.Load())
+		return
+	}
+	var expire time.Time
+	if left := st.left(); left > 0 {
+		expire = st.at.Add(st.expire.Sub(st.now))
+	}
+	so.TokenState(v.a.name, expire, st.mintsToday, st.attempts, false)
+}
+
+// redisErr names the value on a Redis error, keeping context errors as they
 // are so that deadlines pass through.
-func (a *app) redisErr(err error) error {
+func (v *value) redisErr(err error) error {
 	if errors.Is(err, context.Canceled) || errors.Is(err, context.DeadlineExceeded) {
 		return err
 	}
-	return fmt.Errorf("token: app %q: redis: %w", a.name, err)
+	return fmt.Errorf("token: %q: redis: %w", v.name, err)
 }

@@ -1,56 +1,85 @@
 // Package token is lockd's access_token broker: one WeChat or WeCom
-// access_token per configured app, cached in Redis and shared by every lockd
-// replica, so that however many callers ask at once the upstream is called
-// once per refresh.
+// access_token per configured app, and the app's JS-SDK tickets, cached in
+// Redis and shared by every lockd replica, so that however many callers ask
+// at once the upstream is called once per refresh.
 //
 // # How a token is served
 //
 // Get reads the cached token (one round trip, shared by every concurrent
 // caller of the process) and returns it while it has more than a safety
-// margin left. When it is missing or expiring, the replica takes lockd's own
-// lock on the app (a redislock lease under its own prefix, so it never
-// collides with user locks), reads the cache again, calls the upstream,
-// stores the token and publishes a notice. Replicas that did not get the
-// lock wait for that notice (or re-check every Options.Recheck, in case it
-// is lost) and read the new token: N replicas × M callers, one mint.
+// margin left, or, when the upstream has nothing fresher to give yet (WeCom
+// and the stable API hand out the current token again), while it is valid.
+// When it is missing or expiring, the replica takes lockd's own lock on the
+// app (a short redislock lease, kept alive while the mint lasts), reads the
+// cache again, calls the upstream, stores the token and publishes a notice.
+// Replicas that did not get the lock wait for that notice (or re-check every
+// Options.Recheck, in case it is lost) and read the new token: N replicas ×
+// M callers, one mint.
+//
+// A token's expiry is worked out from expires_in, which is whole seconds
+// and, for a token handed out again, rounded: the broker keeps the earliest
+// and the latest moment it may expire, never serves it past the earliest,
+// and asks an upstream that hands out the same token again for a new one
+// only after the latest, so that each expiry costs one upstream call.
 //
 // Refresh is a compare-and-refresh: a caller reports the token the upstream
 // rejected. If the cache holds another one, that is the answer and the
-// upstream is not called; if it holds the reported one, one replica mints a
-// replacement for every reporter (the stable API with force_refresh, within
-// WeChat's limits, which the broker tracks in Redis).
+// upstream is not called. If it holds the reported one, one replica checks
+// the report before minting: the stable API is asked in normal mode first
+// (another system sharing the appid may have replaced the token), then the
+// token is probed against getcallbackip; only a token the upstream refuses
+// is replaced (the stable API with force_refresh, within WeChat's limits).
+// The fleet shares the verdict: that a token is valid for a second after the
+// upstream first said so, doubling with each check that says so again up to
+// Options.VerifyInterval, so that a client reporting a valid token in a
+// loop costs one check per VerifyInterval. Reports
+// that may mint are limited per calling client (Caller.RefreshesPerHour,
+// each distinct token charged once) and per app (Options.AppRefreshesPerHour),
+// and every mint is logged with the client that caused it.
 //
-// RunRefresher renews each app's token ahead of expiry, with jitter, on
-// whichever replica's timer fires first (the lock again decides), so that
-// callers normally never wait on the upstream. A failed renewal keeps the
-// last good token in service until it expires.
+// Ticket serves JS-SDK tickets the same way, fetched with the app's token.
+//
+// RunRefresher renews each app's token and tickets ahead of expiry, with
+// jitter, on whichever replica's timer fires first (the lock again decides),
+// so that callers normally never wait on the upstream. Values nobody asked
+// for within Options.IdleAfter are left to expire. A failed renewal keeps
+// the last good value in service until it expires.
 //
 // # Failures
 //
-// A failed mint is recorded in Redis for every replica: a credentials error
-// for a minute, quota for a minute, anything transient for two seconds
-// (Options tune these). Until the record expires, callers that need a new
-// token get the recorded error and no replica calls the upstream: a broken
-// configuration is not hammered, and a stampede after a failure is not
-// turned into one call per replica. Errors are *Error values wrapping the
-// upstream's *wechat.Error. When Redis cannot be reached the broker returns
-// its error and mints nothing, so that no replica mints behind the others'
-// backs; when Redis returns, the next callers mint once.
+// A failed mint is recorded in Redis for every replica minting with the
+// same credentials (a fingerprint of them, never the secret, scopes the
+// record): until it expires, callers that need a new token get the recorded
+// error and no such replica calls the upstream. Holds grow exponentially
+// with failures in a row, with jitter, up to Options.MaxHold; a spent daily
+// quota (45009) holds until WeChat's day turns, probing every
+// Options.QuotaProbe. Errors are *Error values wrapping the upstream's
+// *wechat.Error. When Redis cannot be reached the broker serves the last
+// token it read while it is valid, and mints nothing, so that no replica
+// mints behind the others' backs.
 //
 // # Redis keys
 //
-// With the default prefix "lockd:token", for app A:
+// With the default prefix "lockd", for an app whose account is ID
+// ("wechat:classic:<appid>", "wechat:stable:<appid>" or
+// "wecom:<corpid>:<digest of the corpsecret>"):
 //
-//	lockd:token:{A}                   hash: token, expire_ms, lifetime_ms, written_ms, cause, same, gen, fence;
-//	                                  expires with the token
-//	lockd:token:{A}:failure           the last failed mint (JSON, no secret); expires when the next attempt is due
-//	lockd:token:{A}:mints:YYYY-MM-DD  successful mints that day (Asia/Shanghai); kept 8 days
-//	lockd:token:{A}:forces:YYYY-MM-DD stable force_refresh calls that day; kept 8 days
-//	lockd:token:{A}:force-gate        present while the last force_refresh is under 30 s old
-//	lockd:token:{A}:minted            pub/sub channel: a token was stored or a mint failed
-//	lockd:token:lock:{A}…             lockd's lock on the app (package redislock)
+//	lockd:token:{ID}                        hash: the access_token, expire_ms, hi_ms, renew_ms,
+//	                                        lifetime_ms, written_ms, cause, gen; expires after the token
+//	lockd:token:{ID}:ticket:<type>          the same for a ticket
+//	…:failure:<fingerprint>                 the last failed mint with these credentials (no secret)
+//	…:demand                                present while someone asked within IdleAfter
+//	…:mints:YYYY-MM-DD                      new tokens (tickets) that day (Asia/Shanghai); kept 8 days
+//	lockd:token:{ID}:verdict                the fleet's verdict on the last reported token (a digest of it)
+//	lockd:token:{ID}:forces:YYYY-MM-DD      stable force_refresh calls that day; kept 8 days
+//	lockd:token:{ID}:force-gate             present while the last force_refresh is under 30 s old
+//	lockd:token:{ID}:reports:<window>       mints caused by reports in the hour
+//	lockd:token:{ID}:client:<name>:<window> reports a client made mint-worthy in the hour
+//	lockd:token:{ID}:charged:<name>:<hash>  that client was charged for that token
+//	lockd:token:{ID}:notice                 pub/sub channel: a value was stored or a mint failed
+//	lockd:token:lock:{ID}…                  lockd's lock on the app (package redislock)
 //
-// No key or value holds a secret; every key expires.
+// No key or value holds a secret or a reported token; every key expires.
 package token
 
 import (
@@ -59,7 +88,6 @@ import (
 	"fmt"
 	"log/slog"
 	"math/rand/v2"
-	"net/http"
 	"slices"
 	"strings"
 	"sync"
@@ -80,6 +108,17 @@ var (
 	// WeChat's limits on those (a daily number, a minimum interval) do not
 	// allow one now.
 	ErrRefreshLimited = errors.New("token: force_refresh limit reached")
+	// ErrAppRefreshLimited is wrapped by the *Error Refresh returns when
+	// reports of rejected tokens caused Options.AppRefreshesPerHour mints
+	// of the app within the hour.
+	ErrAppRefreshLimited = errors.New("token: the app's refresh limit is reached")
+	// ErrClientLimited is wrapped by the *Error Refresh returns when the
+	// calling client reported Caller.RefreshesPerHour current tokens
+	// within the hour.
+	ErrClientLimited = errors.New("token: the client's refresh limit is reached")
+	// ErrTicketType is returned by Ticket for a ticket type the app's
+	// provider does not serve.
+	ErrTicketType = errors.New("token: ticket type not served for this app")
 	// ErrTimeout is returned when a call waited Options.MaxWait for
 	// another replica's mint without seeing a token.
 	ErrTimeout = errors.New("token: timed out waiting for the token to be minted")
@@ -87,11 +126,20 @@ var (
 	ErrClosed = errors.New("token: broker closed")
 )
 
-// Token is an access_token as the broker hands it out.
+// DefaultRefreshesPerHour is the number of distinct current tokens a client
+// whose Caller.RefreshesPerHour is 0 may report per hour. Each such report
+// is checked with the upstream before it mints, so a client that loops on a
+// valid token causes no mint at all; against an upstream that keeps
+// rejecting tokens, one client causes at most this many mints an hour.
+const DefaultRefreshesPerHour = 6
+
+// Token is an access_token (or ticket) as the broker hands it out.
 type Token struct {
-	// AccessToken is the token to send to the upstream's APIs.
+	// AccessToken is the token to send to the upstream's APIs (for
+	// Ticket, the ticket).
 	AccessToken string
-	// ExpireTime is when the upstream stops accepting it, by Redis's clock.
+	// ExpireTime is the earliest the upstream may stop accepting it, by
+	// Redis's clock.
 	ExpireTime time.Time
 }
 
@@ -106,13 +154,14 @@ type Error struct {
 	// App is the app's name.
 	App string
 	// Err is the cause: the upstream's *wechat.Error, or an error wrapping
-	// ErrRefreshLimited (and the upstream's error, when it refused).
+	// ErrRefreshLimited, ErrAppRefreshLimited or ErrClientLimited (and
+	// the upstream's error, when it refused).
 	Err error
 	// RetryAfter is how long no replica will call the upstream for the
-	// app; zero when unknown.
+	// app (or the limit lasts); zero when unknown.
 	RetryAfter time.Duration
-	// Recorded is true when the failure is one an earlier mint recorded in
-	// Redis, rather than this call's own.
+	// Recorded is true when the failure is one an earlier attempt
+	// recorded in Redis, rather than this call's own.
 	Recorded bool
 }
 
@@ -144,7 +193,7 @@ const (
 	// life left.
 	CauseDemand Cause = iota + 1
 	// CauseInvalid is a mint for a caller that reported the cached token
-	// invalid.
+	// invalid, and the upstream agreed.
 	CauseInvalid
 	// CauseAhead is RunRefresher renewing a token ahead of its expiry.
 	CauseAhead
@@ -163,163 +212,31 @@ func (c Cause) String() string {
 	return "unknown"
 }
 
-func parseCause(s string) Cause {
-	for _, c := range []Cause{CauseDemand, CauseInvalid, CauseAhead} {
-		if s == c.String() {
-			return c
-		}
-	}
-	return 0
-}
-
-// Observer receives the broker's upstream events for metrics; its method
-// set matches what lockd_token_mints_total{app} and
-// lockd_token_upstream_errors_total{app,errcode} need. Methods must be fast
-// and safe for concurrent use.
-type Observer interface {
-	// TokenMinted is called after each successful upstream token call.
-	TokenMinted(app string)
-	// TokenUpstreamError is called when the upstream answered a token call
-	// with a non-zero errcode.
-	TokenUpstreamError(app string, errcode int)
-	// TokenTransportError is called when a token call got no errcode:
-	// connection failures, timeouts, HTTP errors, unusable bodies.
-	TokenTransportError(app string)
-}
-
-// CauseObserver may be implemented by an Observer that also wants to know
-// why each token was minted.
-type CauseObserver interface {
-	// TokenMintedBecause is called with TokenMinted, with the mint's cause.
-	TokenMintedBecause(app string, cause Cause)
-}
-
-// App is an app the broker serves.
-type App struct {
-	// Name is what callers pass as `app`: 1 to 128 bytes of printable
-	// characters without braces (lockd's config allows fewer).
-	Name string
-	// Upstream is how to mint the app's tokens.
-	Upstream wechat.Config
-}
-
-// Options tune a Broker. The zero value is ready to use; zero fields take
-// the defaults named.
-type Options struct {
-	// Prefix starts every Redis key and channel; default "lockd:token".
-	// The lock on each app lives under Prefix+":lock".
-	Prefix string
-	// Sharded uses SPUBLISH and SSUBSCRIBE, as Redis Cluster wants; it is
-	// turned on by itself for a *redis.ClusterClient.
-	Sharded bool
-	// HTTPClient calls the upstream; default a client with MintTimeout.
-	HTTPClient *http.Client
-	// MintTimeout bounds one upstream call when HTTPClient is not given;
-	// default 10s. The lock on the app is held for twice that, plus 5s.
-	MintTimeout time.Duration
-	// Margin is the least life a token must have left to be served,
-	// unless the upstream offers nothing fresher or cannot be reached.
-	// Default a tenth of the token's lifetime, at most a minute.
-	Margin time.Duration
-	// RefreshAhead is the life left at which RunRefresher renews a token,
-	// less a jitter of up to half the span down to Margin. Default a
-	// quarter of the lifetime, at most five minutes (the stable API hands
-	// out a new token only in its last five minutes).
-	RefreshAhead time.Duration
-	// MaxWait bounds how long a call waits for another replica's mint;
-	// default 30s. The caller's deadline ends the wait sooner.
-	MaxWait time.Duration
-	// Recheck bounds how long a waiting call goes without re-reading the
-	// cache when no notice arrives; default 1s.
-	Recheck time.Duration
-	// CredentialsHold is how long no replica calls the upstream after it
-	// rejected the app's credentials; default 1 minute.
-	CredentialsHold time.Duration
-	// QuotaHold is how long no replica calls the upstream after a quota
-	// error; default 1 minute.
-	QuotaHold time.Duration
-	// UnavailableHold is how long no replica calls the upstream after a
-	// transient failure; default 2s.
-	UnavailableHold time.Duration
-	// RefreshCooldown is how long a token minted for a Refresh is returned
-	// as is when it is reported again: the upstream just vouched for it.
-	// Default 10s; negative turns it off.
-	RefreshCooldown time.Duration
-	// ForceRefreshPerDay bounds stable force_refresh calls per app per day
-	// (WeChat allows 20); default 20, negative means no bound.
-	ForceRefreshPerDay int
-	// ForceRefreshInterval is the least time between two force_refresh
-	// calls of an app (WeChat: 30s); default 30s, negative means none.
-	ForceRefreshInterval time.Duration
-	// Observer, if set, is told about mints and upstream errors.
-	Observer Observer
-	// Logger receives the broker's logs; default slog.Default(). No log
-	// line holds a secret or a token.
-	Logger *slog.Logger
-}
-
-func (o Options) withDefaults() Options {
-	def := func(d *time.Duration, v time.Duration) {
-		if *d == 0 {
-			*d = v
-		}
-	}
-	if o.Prefix == "" {
-		o.Prefix = "lockd:token"
-	}
-	def(&o.MintTimeout, wechat.DefaultTimeout)
-	def(&o.MaxWait, 30*time.Second)
-	def(&o.Recheck, time.Second)
-	def(&o.CredentialsHold, time.Minute)
-	def(&o.QuotaHold, time.Minute)
-	def(&o.UnavailableHold, 2*time.Second)
-	def(&o.RefreshCooldown, 10*time.Second)
-	def(&o.ForceRefreshInterval, 30*time.Second)
-	if o.RefreshCooldown < 0 {
-		o.RefreshCooldown = 0
-	}
-	if o.ForceRefreshInterval < 0 {
-		o.ForceRefreshInterval = 0
-	}
-	switch {
-	case o.ForceRefreshPerDay == 0:
-		o.ForceRefreshPerDay = 20
-	case o.ForceRefreshPerDay < 0:
-		o.ForceRefreshPerDay = 0
-	}
-	if o.HTTPClient == nil {
-		o.HTTPClient = &http.Client{Timeout: o.MintTimeout}
-	}
-	if o.Logger == nil {
-		o.Logger = slog.Default()
-	}
-	if o.Observer == nil {
-		o.Observer = nopObserver{}
-	}
-	return o
-}
-
-// Broker serves the access_tokens of a fixed set of apps. It is safe for
-// concurrent use; every replica builds its own on the shared Redis.
+// Broker serves the access_tokens and tickets of a fixed set of apps. It is
+// safe for concurrent use; every replica builds its own on the shared Redis.
 type Broker struct {
 	rdb     redis.UniversalClient
 	opts    Options
 	log     *slog.Logger
 	locks   *redislock.Client
 	publish string
-	lockTTL time.Duration
 	apps    map[string]*app
 	notify  *notifier
 
 	ctx       context.Context // ends when the Broker is closed
 	cancel    context.CancelFunc
 	closeOnce sync.Once
+
+	leadMu  sync.Mutex
+	closing bool
+	leads   sync.WaitGroup // mints under way
 }
 
 // New returns a Broker serving apps on rdb, which may be a *redis.Client, a
 // Sentinel failover client or a *redis.ClusterClient. It checks every app's
-// name and upstream configuration, and subscribes to the apps' notices in
-// the background.
+// name and upstream configuration, refuses two apps of one upstream account
+// (they would share, or with the classic API invalidate, each other's
+// tokens), and subscribes to the apps' notices in the background.
 func New(rdb redis.UniversalClient, apps []App, opts Options) (*Broker, error) {
 	opts = opts.withDefaults()
 	_, cluster := rdb.(*redis.ClusterClient)
@@ -329,12 +246,12 @@ func New(rdb redis.UniversalClient, apps []App, opts Options) (*Broker, error) {
 		opts:    opts,
 		log:     opts.Logger,
 		publish: "PUBLISH",
-		lockTTL: 2*opts.MintTimeout + 5*time.Second,
 		apps:    map[string]*app{},
 	}
 	if sharded {
 		b.publish = "SPUBLISH"
 	}
+	accounts := map[string]string{}
 	for _, a := range apps {
 		if err := validName(a.Name); err != nil {
 			return nil, err
@@ -346,17 +263,15 @@ func New(rdb redis.UniversalClient, apps []App, opts Options) (*Broker, error) {
 		if err != nil {
 			return nil, fmt.Errorf("token: app %q: %w", a.Name, err)
 		}
-		b.apps[a.Name] = &app{
-			b:       b,
-			name:    a.Name,
-			client:  client,
-			keys:    newKeys(opts.Prefix, a.Name),
-			sig:     newSignal(),
-			flights: map[string]*flight{},
+		id := identity(a.Upstream)
+		if other, dup := accounts[id]; dup {
+			return nil, fmt.Errorf("token: apps %q and %q are the same upstream account (%s); configure it once", other, a.Name, id)
 		}
+		accounts[id] = a.Name
+		b.apps[a.Name] = newApp(b, a, client, id)
 	}
 	b.ctx, b.cancel = context.WithCancel(context.Background())
-	b.locks = redislock.New(rdb, redislock.Options{Prefix: opts.Prefix + ":lock", Sharded: sharded})
+	b.locks = redislock.New(rdb, redislock.Options{Prefix: opts.Prefix + ":token:lock", Sharded: sharded})
 	b.notify = startNotifier(rdb, sharded, b.apps)
 	return b, nil
 }
@@ -385,63 +300,149 @@ func (b *Broker) Apps() []string {
 	return names
 }
 
-// Close stops the broker's subscriptions and ends calls still waiting with
-// ErrClosed. Mints under way finish and are stored. It does not close rdb.
+// Close ends calls still waiting with ErrClosed, lets the mints under way
+// finish, store their token and release their lock (bounded by the mint's
+// own time limit), then stops the broker's subscriptions. It does not close
+// rdb.
 func (b *Broker) Close() error {
 	b.closeOnce.Do(func() {
+		b.leadMu.Lock()
+		b.closing = true
+		b.leadMu.Unlock()
 		b.cancel()
+		done := make(chan struct{})
+		go func() {
+			b.leads.Wait()
+			close(done)
+		}()
+		select {
+		case <-done:
+		case <-time.After(b.leadTimeout() + time.Second):
+			b.log.Warn("token: closing with mints still under way")
+		}
 		b.notify.close()
 		_ = b.locks.Close()
 	})
 	return nil
 }
 
+// startLead registers a mint under way, unless the broker is closing.
+func (b *Broker) startLead() bool {
+	b.leadMu.Lock()
+	defer b.leadMu.Unlock()
+	if b.closing {
+		return false
+	}
+	b.leads.Add(1)
+	return true
+}
+
+// leadTimeout bounds a mint under the lock: a stable report asks in normal
+// mode, probes and forces, one upstream call each.
+func (b *Broker) leadTimeout() time.Duration { return 3*b.opts.MintTimeout + 5*time.Second }
+
+func (b *Broker) app(name string) (*app, error) {
+	a := b.apps[name]
+	if a == nil {
+		return nil, fmt.Errorf("%w: %q", ErrUnknownApp, name)
+	}
+	return a, nil
+}
+
 // Get returns the app's token: the cached one while it has more than the
 // margin left, else a new one minted by exactly one replica, waited for up
-// to ctx's deadline and Options.MaxWait.
-func (b *Broker) Get(ctx context.Context, app string) (Token, error) {
-	a := b.apps[app]
-	if a == nil {
-		return Token{}, fmt.Errorf("%w: %q", ErrUnknownApp, app)
+// to ctx's deadline and Options.MaxWait. caller is logged with the mint it
+// causes.
+func (b *Broker) Get(ctx context.Context, app string, caller Caller) (Token, error) {
+	a, err := b.app(app)
+	if err != nil {
+		return Token{}, err
 	}
-	return a.join(ctx, want{cause: CauseDemand})
+	return a.token.join(ctx, want{cause: CauseDemand, caller: caller})
 }
 
-// Refresh reports that the upstream rejected invalidToken (errcode 40001 or
-// 42001) and returns the token to use instead: the cached token if it is
-// another one, without calling the upstream; else a replacement minted once
-// for every concurrent reporter in the fleet. An empty invalidToken is Get.
-func (b *Broker) Refresh(ctx context.Context, app, invalidToken string) (Token, error) {
-	a := b.apps[app]
-	if a == nil {
-		return Token{}, fmt.Errorf("%w: %q", ErrUnknownApp, app)
+// Refresh reports that the upstream rejected invalidToken (errcode 40001,
+// 42001, or WeCom's 40014) and returns the token to use instead: the cached
+// token if it is another one, without calling the upstream; else, once the
+// upstream confirmed it rejects invalidToken, a replacement minted once for
+// every concurrent reporter in the fleet. A token the upstream still
+// accepts is returned as is. An empty invalidToken is Get.
+//
+// Reports of the current token are limited: a caller may report
+// caller.RefreshesPerHour distinct current tokens per hour
+// (ErrClientLimited), and reports may mint Options.AppRefreshesPerHour
+// tokens per app per hour (ErrAppRefreshLimited).
+func (b *Broker) Refresh(ctx context.Context, app, invalidToken string, caller Caller) (Token, error) {
+	a, err := b.app(app)
+	if err != nil {
+		return Token{}, err
 	}
 	if invalidToken == "" {
-		return a.join(ctx, want{cause: CauseDemand})
+		return a.token.join(ctx, want{cause: CauseDemand, caller: caller})
 	}
-	return a.join(ctx, want{cause: CauseInvalid, invalid: invalidToken})
+	return a.token.join(ctx, want{cause: CauseInvalid, invalid: invalidToken, caller: caller})
 }
 
-// MintsOn returns how many tokens the fleet minted for app on WeChat's day
-// (Asia/Shanghai) that t falls in; the counts are kept for a week.
-func (b *Broker) MintsOn(ctx context.Context, app string, t time.Time) (int64, error) {
-	a := b.apps[app]
-	if a == nil {
-		return 0, fmt.Errorf("%w: %q", ErrUnknownApp, app)
+// Ticket returns the app's ticket of kind (WeChat: jsapi, wx_card; WeCom:
+// jsapi, agent_config), fetched with the app's token and cached, single
+// flighted and renewed like it. A kind the provider does not serve is
+// ErrTicketType.
+func (b *Broker) Ticket(ctx context.Context, app string, kind wechat.TicketType, caller Caller) (Token, error) {
+	a, err := b.app(app)
+	if err != nil {
+		return Token{}, err
 	}
-	n, err := b.rdb.Get(ctx, a.keys.mints(Day(t))).Int64()
+	r := a.tickets[kind]
+	if r == nil {
+		return Token{}, fmt.Errorf("%w: %q is not a ticket type of %s apps (want %s)",
+			ErrTicketType, kind, a.client.Provider(), ticketTypes(a))
+	}
+	return r.join(ctx, want{cause: CauseDemand, caller: caller})
+}
+
+// TicketTypes returns the ticket types app serves.
+func (b *Broker) TicketTypes(app string) ([]wechat.TicketType, error) {
+	a, err := b.app(app)
+	if err != nil {
+		return nil, err
+	}
+	return a.client.TicketTypes(), nil
+}
+
+func ticketTypes(a *app) string {
+	var names []string
+	for _, t := range a.client.TicketTypes() {
+		names = append(names, string(t))
+	}
+	return strings.Join(names, " or ")
+}
+
+// MintsOn returns how many new tokens the fleet minted for app on WeChat's
+// day (Asia/Shanghai) that t falls in; the counts are kept for a week.
+func (b *Broker) MintsOn(ctx context.Context, app string, t time.Time) (int64, error) {
+	a, err := b.app(app)
+	if err != nil {
+		return 0, err
+	}
+	n, err := b.rdb.Get(ctx, a.token.keys.mints(Day(t))).Int64()
 	if errors.Is(err, redis.Nil) {
 		return 0, nil
 	}
 	return n, err
 }
 
-// margin is the least life a token must have left to be served.
+// margin is the least life a token must have left to be served while a
+// fresher one can be had.
 func (b *Broker) margin(life time.Duration) time.Duration {
 	if b.opts.Margin > 0 {
 		return min(b.opts.Margin, life/2)
 	}
 	return min(life/10, time.Minute)
+}
+
+// minMargin is the least life a token must have left to be served at all.
+func (b *Broker) minMargin(life time.Duration) time.Duration {
+	return min(b.opts.MinMargin, b.margin(life))
 }
 
 // ahead is the life left at which RunRefresher renews a token.

@@ -6,6 +6,7 @@ import (
 
 	"github.com/lockd/lockd/internal/redistest"
 	"github.com/lockd/lockd/internal/token"
+	"github.com/lockd/lockd/internal/wechat"
 	"github.com/lockd/lockd/internal/wechat/wechatfake"
 )
 
@@ -28,12 +29,26 @@ func TestClusterMintsOncePerRefresh(t *testing.T) {
 	}
 	ctx := timeout(t, 20*time.Second)
 	for _, p := range providers {
-		first := oneToken(t, p.name+" cold Get", f.concurrently(60, func(b *token.Broker) (token.Token, error) { return b.Get(ctx, p.name) }))
-		oneToken(t, p.name+" Refresh", f.concurrently(30, func(b *token.Broker) (token.Token, error) {
-			return b.Refresh(ctx, p.name, first.AccessToken)
+		first := oneToken(t, p.name+" cold Get", f.concurrently(60, func(b *token.Broker) (token.Token, error) { return b.Get(ctx, p.name, anyone) }))
+		reject(fake, p, first.AccessToken)
+		second := oneToken(t, p.name+" Refresh", f.concurrently(30, func(b *token.Broker) (token.Token, error) {
+			return b.Refresh(ctx, p.name, first.AccessToken, anyone)
 		}))
-		if n := fake.Mints(p.id); n != 2 {
-			t.Fatalf("%s: %d mints, want 2", p.name, n)
+		// Reports of a valid token: checked once, the verdict shared.
+		checks := fake.Calls("/cgi-bin/getcallbackip")
+		if got := oneToken(t, p.name+" reports of a valid token", f.concurrently(30, func(b *token.Broker) (token.Token, error) {
+			return b.Refresh(ctx, p.name, second.AccessToken, anyone)
+		})); got.AccessToken != second.AccessToken || fake.Calls("/cgi-bin/getcallbackip") != checks+1 {
+			t.Fatalf("%s: reports of a valid token got %v after %d checks", p.name, got, fake.Calls("/cgi-bin/getcallbackip")-checks)
+		}
+		if n := fake.Issued(p.id); n != 2 {
+			t.Fatalf("%s: %d tokens minted, want 2", p.name, n)
+		}
+		ticket := oneToken(t, p.name+" Ticket", f.concurrently(30, func(b *token.Broker) (token.Token, error) {
+			return b.Ticket(ctx, p.name, wechat.TicketJSAPI, anyone)
+		}))
+		if !fake.TicketValid(ticket.AccessToken) {
+			t.Fatalf("%s: the ticket is not valid", p.name)
 		}
 	}
 }

@@ -13,9 +13,9 @@ import (
 	"github.com/lockd/lockd/internal/wechat/wechatfake"
 )
 
-// readCounter counts the broker's cache reads (read.lua: two keys, the
-// second the failure record) and slows them down, so that a burst of callers
-// is certain to overlap one read.
+// readCounter counts the broker's reads of the classic app's cached token
+// (read.lua: five keys, the first the token's hash) and slows them down, so
+// that a burst of callers is certain to overlap one read.
 type readCounter struct {
 	reads atomic.Int64
 	delay atomic.Int64 // a time.Duration
@@ -30,7 +30,7 @@ func (h *readCounter) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.
 func (h *readCounter) ProcessHook(next redis.ProcessHook) redis.ProcessHook {
 	return func(ctx context.Context, cmd redis.Cmder) error {
 		args := cmd.Args()
-		if (cmd.Name() == "evalsha" || cmd.Name() == "eval") && len(args) == 5 && args[4] == "lockd:token:{classic}:failure" {
+		if (cmd.Name() == "evalsha" || cmd.Name() == "eval") && len(args) == 9 && args[3] == classicKey {
 			h.reads.Add(1)
 			time.Sleep(time.Duration(h.delay.Load()))
 		}
@@ -51,7 +51,7 @@ func TestOneReplicaReadsTheCacheOncePerBurst(t *testing.T) {
 	}
 	t.Cleanup(func() { _ = b.Close() })
 	ctx := timeout(t, 30*time.Second)
-	warm, err := b.Get(ctx, "classic")
+	warm, err := b.Get(ctx, "classic", anyone)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -59,7 +59,7 @@ func TestOneReplicaReadsTheCacheOncePerBurst(t *testing.T) {
 	hook.reads.Store(0)
 	hook.delay.Store(int64(200 * time.Millisecond))
 	f := &fleet{brokers: []*token.Broker{b}}
-	if got := oneToken(t, "burst", f.concurrently(200, func(b *token.Broker) (token.Token, error) { return b.Get(ctx, "classic") })); got != warm {
+	if got := oneToken(t, "burst", f.concurrently(200, func(b *token.Broker) (token.Token, error) { return b.Get(ctx, "classic", anyone) })); got != warm {
 		t.Fatalf("burst got %v, want the cached %v", got, warm)
 	}
 	if n := hook.reads.Load(); n > 3 {
@@ -72,11 +72,11 @@ func TestWaitersAreWokenByTheNoticeNotTheRecheck(t *testing.T) {
 	srv := redistest.Start(t)
 	fake := newFake(t, wechatfake.Options{})
 	fake.SetLatency(300 * time.Millisecond)
-	// Without the notice, a waiter would sleep until the minter's lock
-	// lease ran out (25 s) or the re-check (a minute), past the deadline.
+	// Without the notice, a waiter would sleep until the re-check (a
+	// minute), past the deadline.
 	f := newFleet(t, srv, 3, apps(fake), token.Options{Recheck: time.Minute})
 	ctx := timeout(t, 15*time.Second)
-	oneToken(t, "cold Get", f.concurrently(60, func(b *token.Broker) (token.Token, error) { return b.Get(ctx, "wecom") }))
+	oneToken(t, "cold Get", f.concurrently(60, func(b *token.Broker) (token.Token, error) { return b.Get(ctx, "wecom", anyone) }))
 	if n := fake.Mints("ww-corp"); n != 1 {
 		t.Fatalf("%d mints, want 1", n)
 	}

@@ -1,6 +1,7 @@
 package token
 
 import (
+	"strings"
 	"testing"
 	"time"
 
@@ -9,56 +10,75 @@ import (
 
 func TestDecisionsOnTheCachedToken(t *testing.T) {
 	t.Parallel()
-	a := &app{b: &Broker{opts: Options{}.withDefaults()}}
+	b := &Broker{opts: Options{}.withDefaults()}
+	v := &value{b: b}
 	now := time.Date(2026, 1, 1, 12, 0, 0, 0, time.UTC)
 	cached := func(left time.Duration, edit ...func(*state)) state {
-		st := state{now: now, token: "T", expire: now.Add(left), lifetime: 2 * time.Hour,
-			written: now.Add(-2*time.Hour + left), cause: CauseDemand}
+		st := state{at: time.Now(), now: now, token: "T", expire: now.Add(left), hi: now.Add(left + 2*time.Second),
+			lifetime: 2 * time.Hour, written: now.Add(-2*time.Hour + left)}
 		for _, e := range edit {
 			e(&st)
 		}
 		return st
 	}
-	same := func(st *state) { st.same = true }
+	// nothingFresher: the upstream hands out the same token until it
+	// expires (WeCom).
+	nothingFresher := func(st *state) { st.renew = st.hi }
 	failing := func(st *state) { st.failure = &Error{Err: &wechat.Error{Class: wechat.ClassUnavailable}} }
-	refreshed := func(ago time.Duration) func(*state) {
-		return func(st *state) { st.cause, st.written = CauseInvalid, now.Add(-ago) }
-	}
-	get := want{cause: CauseDemand}
-	report := func(tok string) want { return want{cause: CauseInvalid, invalid: tok} }
-	ahead := want{cause: CauseAhead}
 	tests := []struct {
 		name string
 		st   state
-		w    want
 		ok   bool
 	}{
-		{"a token with more than the margin left is served", cached(2 * time.Minute), get, true},
-		{"a token within the margin is not served", cached(30 * time.Second), get, false},
-		{"a token within the margin is served when the upstream handed it back unchanged", cached(30*time.Second, same), get, true},
-		{"a token within the margin is served while the upstream is failing", cached(30*time.Second, failing), get, true},
-		{"an expired token is never served", cached(0, same, failing), get, false},
-		{"no token is no answer", state{now: now}, get, false},
-		{"a report of a stale token gets the cached one", cached(time.Hour), report("old"), true},
-		{"a report of a stale token while the cached one is expiring needs a mint", cached(30 * time.Second), report("old"), false},
-		{"a report of the cached token needs a mint", cached(time.Hour), report("T"), false},
-		{"a report of a token just minted for a refresh gets it back", cached(time.Hour, refreshed(5*time.Second)), report("T"), true},
-		{"a report of a token minted for a refresh after the cooldown needs a mint", cached(time.Hour, refreshed(20*time.Second)), report("T"), false},
-		{"a token with more than refresh-ahead left needs no renewal", cached(6 * time.Minute), ahead, true},
-		{"a token within refresh-ahead needs a renewal", cached(4 * time.Minute), ahead, false},
-		{"a token the upstream handed back unchanged is not renewed before it expires", cached(time.Minute, same), ahead, true},
+		{"a token with more than the margin left is served", cached(2 * time.Minute), true},
+		{"a token within the margin is not served while a fresher one can be had", cached(30 * time.Second), false},
+		{"a token within the margin is served while the upstream has nothing fresher", cached(30*time.Second, nothingFresher), true},
+		{"a token within the least margin is not served even then", cached(400*time.Millisecond, nothingFresher), false},
+		{"a token within the margin is served while the upstream is failing", cached(30*time.Second, failing), true},
+		{"an expired token is never served", cached(0, nothingFresher, failing), false},
+		{"no token is no answer", state{at: time.Now(), now: now}, false},
 	}
 	for _, tt := range tests {
+		// Not parallel: the states were read "now", and a subtest that
+		// waits for a free slot would find their tokens older.
 		t.Run(tt.name, func(t *testing.T) {
-			t.Parallel()
-			tok, ok := a.satisfies(tt.st, tt.w)
-			if ok != tt.ok {
-				t.Fatalf("satisfies = %v, want %v", ok, tt.ok)
-			}
-			if ok && (tok.AccessToken != tt.st.token || !tok.ExpireTime.Equal(tt.st.expire)) {
-				t.Fatalf("satisfies returned %v", tok)
+			if got := v.servable(tt.st); got != tt.ok {
+				t.Fatalf("servable = %v, want %v", got, tt.ok)
 			}
 		})
+	}
+}
+
+func TestLifeLeftCountsTheTimeSinceTheRead(t *testing.T) {
+	t.Parallel()
+	now := time.Now()
+	st := state{at: now.Add(-3 * time.Second), now: now, token: "T", expire: now.Add(2 * time.Second)}
+	if left := st.left(); left != 0 {
+		t.Fatalf("a token read with 2s left, 3s ago, has %v left; want 0", left)
+	}
+}
+
+func TestRenewalIsDueAheadButNotBeforeAFresherTokenCanBeHad(t *testing.T) {
+	t.Parallel()
+	b := &Broker{opts: Options{}.withDefaults()}
+	v := &value{b: b}
+	now := time.Now()
+	at := func(d time.Duration) time.Time { return now.Add(d) }
+	tests := []struct {
+		name string
+		st   state
+		due  time.Duration
+	}{
+		{"classic: five minutes before expiry", state{token: "T", expire: at(time.Hour), lifetime: 2 * time.Hour}, 55 * time.Minute},
+		{"stable: when its last five minutes start", state{token: "T", expire: at(time.Hour), renew: at(56 * time.Minute), lifetime: 2 * time.Hour}, 56 * time.Minute},
+		{"WeCom: once it has surely expired", state{token: "T", expire: at(time.Hour), renew: at(time.Hour + time.Second), lifetime: 2 * time.Hour}, time.Hour + time.Second},
+		{"no token: now", state{}, 0},
+	}
+	for _, tt := range tests {
+		tt.st.at, tt.st.now = now, now
+		if got := v.dueIn(tt.st); got.Round(time.Second) != tt.due {
+			t.Errorf("%s: due in %v, want %v", tt.name, got, tt.due)
+		}
 	}
 }
 
@@ -84,6 +104,41 @@ func TestMarginAndRefreshAheadScaleWithTheLifetime(t *testing.T) {
 				t.Fatalf("margin %v, ahead %v; want %v, %v", m, a, tt.margin, tt.ahead)
 			}
 		})
+	}
+}
+
+func TestHoldsBackOffExponentiallyAndQuotaWaitsForTheDay(t *testing.T) {
+	t.Parallel()
+	v := &value{b: &Broker{opts: Options{}.withDefaults()}}
+	noon := time.Date(2026, 3, 1, 4, 0, 0, 0, time.UTC) // 12:00 in Beijing
+	unknown := &wechat.Error{Class: wechat.ClassUnavailable, Errcode: 50002}
+	var last time.Duration
+	for attempts := 1; attempts <= 12; attempts++ {
+		d := v.hold(unknown, attempts, noon)
+		base := min(2*time.Second<<(attempts-1), 10*time.Minute)
+		if d < base || d > base+base/5 {
+			t.Fatalf("hold after %d failures = %v, want %v plus up to a fifth", attempts, d, base)
+		}
+		if d < last && base < 10*time.Minute {
+			t.Fatalf("hold shrank: %v after %v", d, last)
+		}
+		last = d
+	}
+	creds := v.hold(&wechat.Error{Class: wechat.ClassCredentials, Errcode: 40164}, 1, noon)
+	if creds < time.Minute {
+		t.Fatalf("credentials hold %v, want at least a minute", creds)
+	}
+	daily := &wechat.Error{Class: wechat.ClassQuota, Errcode: 45009}
+	if d := v.hold(daily, 1, noon); d < time.Hour || d > time.Hour+time.Minute {
+		t.Fatalf("daily quota at noon: hold %v, want a probe an hour later", d)
+	}
+	lateNight := time.Date(2026, 3, 1, 15, 50, 0, 0, time.UTC) // 23:50 in Beijing
+	if d := v.hold(daily, 1, lateNight); d < 10*time.Minute || d > 11*time.Minute {
+		t.Fatalf("daily quota at 23:50: hold %v, want until midnight", d)
+	}
+	minute := v.hold(&wechat.Error{Class: wechat.ClassQuota, Errcode: 45011}, 1, noon)
+	if minute < time.Minute || minute > 72*time.Second {
+		t.Fatalf("minute quota: hold %v", minute)
 	}
 }
 
@@ -123,5 +178,36 @@ func TestFailureRecordsRoundTripWithoutLosingTheClass(t *testing.T) {
 		if got.Error() != e.Error() || got.Class != e.Class {
 			t.Fatalf("round trip of %v gave %v", e, got)
 		}
+	}
+}
+
+func TestKeysNameTheAccountNeverTheSecret(t *testing.T) {
+	t.Parallel()
+	classic := wechat.Config{Provider: wechat.ProviderWeChat, AppID: "wx1", Secret: "s3cret"}
+	stable := classic
+	stable.TokenAPI = wechat.TokenAPIStable
+	corpA := wechat.Config{Provider: wechat.ProviderWeCom, AppID: "ww1", Secret: "agent-a"}
+	corpB := corpA
+	corpB.Secret = "agent-b"
+	ids := map[string]bool{}
+	for _, cfg := range []wechat.Config{classic, stable, corpA, corpB} {
+		id := identity(cfg)
+		if ids[id] {
+			t.Fatalf("two accounts share the identity %q", id)
+		}
+		ids[id] = true
+		for _, k := range []string{id, fingerprint("credentials", cfg)} {
+			if strings.Contains(k, cfg.Secret) {
+				t.Fatalf("%q holds the secret", k)
+			}
+		}
+	}
+	if identity(classic) != "wechat:classic:wx1" || identity(stable) != "wechat:stable:wx1" {
+		t.Fatalf("identities %q, %q", identity(classic), identity(stable))
+	}
+	rotated := classic
+	rotated.Secret = "rotated"
+	if identity(rotated) != identity(classic) || fingerprint("credentials", rotated) == fingerprint("credentials", classic) {
+		t.Fatal("a new secret must keep the cache and change the failure records' scope")
 	}
 }

@@ -43,16 +43,19 @@ func Example() {
 	defer broker.Close()
 	ctx := context.Background()
 
-	first, err := broker.Get(ctx, "mp") // minted
+	caller := token.Caller{Name: "orders"}      // the authenticated client, for limits and logs
+	first, err := broker.Get(ctx, "mp", caller) // minted
 	if err != nil {
 		log.Fatal(err)
 	}
-	cached, _ := broker.Get(ctx, "mp") // from the cache
-	// The upstream rejected the token with 40001: report it.
-	replaced, _ := broker.Refresh(ctx, "mp", first.AccessToken)
+	cached, _ := broker.Get(ctx, "mp", caller) // from the cache
+	// WeChat revoked the token; an API call answered 40001: report it.
+	// (A token WeChat still accepts would be checked and handed back.)
+	fake.RevokeTokens("wx1234")
+	replaced, _ := broker.Refresh(ctx, "mp", first.AccessToken, caller)
 	// A late reporter of the old token gets the replacement, no mint.
-	late, _ := broker.Refresh(ctx, "mp", first.AccessToken)
+	late, _ := broker.Refresh(ctx, "mp", first.AccessToken, caller)
 
-	fmt.Println(cached == first, replaced != first, late == replaced, fake.Mints("wx1234"))
+	fmt.Println(cached == first, replaced != first, late == replaced, fake.Issued("wx1234"))
 	// Output: true true true 2
 }

@@ -14,6 +14,7 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"github.com/lockd/lockd/internal/redistest"
+	"github.com/lockd/lockd/internal/testclock"
 	"github.com/lockd/lockd/internal/testlog"
 	"github.com/lockd/lockd/internal/token"
 	"github.com/lockd/lockd/internal/wechat"
@@ -43,19 +44,30 @@ type provider struct {
 	id     string // appid or corpid
 	secret string
 	config func(apiBase string) wechat.Config
+	path   string // the token endpoint
 }
 
 var providers = []provider{
 	{"classic", "wx-classic", classicSecret, func(base string) wechat.Config {
 		return wechat.Config{Provider: wechat.ProviderWeChat, TokenAPI: wechat.TokenAPIClassic, APIBase: base, AppID: "wx-classic", Secret: classicSecret}
-	}},
+	}, "/cgi-bin/token"},
 	{"stable", "wx-stable", stableSecret, func(base string) wechat.Config {
 		return wechat.Config{Provider: wechat.ProviderWeChat, TokenAPI: wechat.TokenAPIStable, APIBase: base, AppID: "wx-stable", Secret: stableSecret}
-	}},
+	}, "/cgi-bin/stable_token"},
 	{"wecom", "ww-corp", wecomSecret, func(base string) wechat.Config {
 		return wechat.Config{Provider: wechat.ProviderWeCom, APIBase: base, AppID: "ww-corp", Secret: wecomSecret}
-	}},
+	}, "/cgi-bin/gettoken"},
 }
+
+// The keys of the classic and stable apps' cached tokens (WeCom's name a
+// digest of the corpsecret).
+const (
+	classicKey = "lockd:token:{wechat:classic:wx-classic}"
+	stableKey  = "lockd:token:{wechat:stable:wx-stable}"
+)
+
+// anyone is the caller of tests that do not look at callers.
+var anyone = token.Caller{Name: "tests"}
 
 // newFake starts a fake upstream knowing every provider's app.
 func newFake(t *testing.T, opts wechatfake.Options) *wechatfake.Server {
@@ -249,6 +261,36 @@ func (o *observer) failed(app string) int {
 	o.mu.Lock()
 	defer o.mu.Unlock()
 	return o.errors[app]
+}
+
+// startClassic starts a fake upstream and n replicas serving the classic
+// app, and has caller get its first token.
+func startClassic(t *testing.T, n int, fo wechatfake.Options, opts token.Options, caller token.Caller) (*wechatfake.Server, *fleet, context.Context, token.Token) {
+	t.Helper()
+	fake := newFake(t, fo)
+	f := newFleet(t, redistest.Start(t), n, apps(fake)[:1], opts)
+	ctx := timeout(t, 2*time.Minute)
+	first, err := f.brokers[0].Get(ctx, "classic", caller)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return fake, f, ctx, first
+}
+
+// newClock returns a manual clock for the broker's and the fake's
+// Options.Now, starting at the real time.
+func newClock() *testclock.Clock { return testclock.New(time.Now()) }
+
+// waitFor polls cond until it holds, failing the test after a minute.
+func waitFor(t *testing.T, what string, cond func() bool) {
+	t.Helper()
+	deadline := time.Now().Add(time.Minute)
+	for !cond() {
+		if time.Now().After(deadline) {
+			t.Fatalf("timed out waiting for %s", what)
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
 }
 
 func timeout(t *testing.T, d time.Duration) context.Context {

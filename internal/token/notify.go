@@ -34,9 +34,10 @@ func (s *signal) fire() {
 
 // notifier keeps the pub/sub subscriptions to the apps' channels: one
 // connection for all apps on a single Redis, one per app on Redis Cluster
-// (sharded pub/sub pins a connection to the slot of its channels). go-redis
-// reconnects and resubscribes by itself; every (re)subscription wakes the
-// app's waiters, since notices may have been lost meanwhile.
+// (sharded pub/sub pins a connection to the slot of its channels). A notice
+// names the value (the token, or a ticket) that changed. go-redis
+// reconnects and resubscribes by itself; every (re)subscription wakes all
+// of the app's waiters, since notices may have been lost meanwhile.
 type notifier struct {
 	mu     sync.Mutex
 	subs   []*redis.PubSub
@@ -53,10 +54,11 @@ func startNotifier(rdb redis.UniversalClient, sharded bool, apps map[string]*app
 	var groups [][]string
 	for _, a := range apps {
 		byChannel[a.keys.channel] = a
-		if sharded || len(groups) == 0 {
-			groups = append(groups, nil)
+		if !sharded && len(groups) > 0 {
+			groups[0] = append(groups[0], a.keys.channel)
+			continue
 		}
-		groups[len(groups)-1] = append(groups[len(groups)-1], a.keys.channel)
+		groups = append(groups, []string{a.keys.channel})
 	}
 	for _, channels := range groups {
 		n.wg.Add(1)
@@ -88,7 +90,6 @@ func (n *notifier) run(rdb redis.UniversalClient, sharded bool, channels []strin
 
 	msgs := ps.ChannelWithSubscriptions(redis.WithChannelSize(256))
 	for m := range msgs {
-		var channel string
 		switch m := m.(type) {
 		case *redis.Subscription:
 			if m.Kind != "subscribe" && m.Kind != "ssubscribe" {
@@ -96,14 +97,21 @@ func (n *notifier) run(rdb redis.UniversalClient, sharded bool, channels []strin
 			}
 			// Confirmed, at start-up or after a reconnect: notices may
 			// have been missed meanwhile, so wake the waiters to re-read.
-			channel = m.Channel
+			if a := byChannel[m.Channel]; a != nil {
+				for _, v := range a.values() {
+					v.sig.fire()
+				}
+			}
 		case *redis.Message:
-			channel = m.Channel
-		default:
-			continue
-		}
-		if a := byChannel[channel]; a != nil {
-			a.sig.fire()
+			a := byChannel[m.Channel]
+			if a == nil {
+				continue
+			}
+			for _, v := range a.values() {
+				if v.payload == m.Payload {
+					v.sig.fire()
+				}
+			}
 		}
 	}
 }

@@ -1,21 +1,38 @@
--- read.lua returns an app's cached token and its recorded upstream failure,
--- with Redis's clock, in one round trip.
+-- read.lua returns one cached value (an app's access_token or one of its
+-- tickets), its recorded upstream failure, whether anyone asked for it
+-- lately, the day's mint count and the verdict on the last reported token,
+-- with Redis's clock, in one round trip. It marks the value as in demand
+-- when asked to.
 --
--- KEYS[1]  the token hash (token, expire_ms, lifetime_ms, written_ms, cause,
---          same, gen, fence)
--- KEYS[2]  the failure record (JSON, expiring when the next attempt is due)
+-- KEYS[1]  the value's hash (token, expire_ms, hi_ms, renew_ms, lifetime_ms,
+--          written_ms, cause, gen)
+-- KEYS[2]  the failure record of these credentials (hash: rec, until_ms,
+--          attempts)
+-- KEYS[3]  the demand marker, present while someone asked within idle_ms
+-- KEYS[4]  the mint counter of the day (Asia/Shanghai)
+-- KEYS[5]  the verdict on the last reported token (hash: hash, kind, at_ms,
+--          until_ms, why, errcode, count)
+-- ARGV[1]  idle_ms: when positive, mark the value in demand for that long
 --
--- Returns {now_ms, token|nil, expire_ms, lifetime_ms, written_ms, cause|nil,
---          same, gen, failure|nil, failure_pttl_ms}.
-local token_key, failure_key = KEYS[1], KEYS[2]
+-- Returns {now_ms, token|false, expire_ms, hi_ms, renew_ms, lifetime_ms,
+--          written_ms, gen, failure_rec|false, failure_until_ms, attempts,
+--          demand, mints_today, verdict_hash|false, verdict_kind|false,
+--          verdict_at_ms, verdict_until_ms, verdict_why|false,
+--          verdict_errcode, verdict_count}.
+local value_key, failure_key, demand_key, counter_key, verdict_key = KEYS[1], KEYS[2], KEYS[3], KEYS[4], KEYS[5]
+local idle = tonumber(ARGV[1])
 
 local t = redis.call('TIME')
 local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
-local h = redis.call('HMGET', token_key, 'token', 'expire_ms', 'lifetime_ms', 'written_ms', 'cause', 'same', 'gen')
-local failure = redis.call('GET', failure_key)
-local failure_pttl = -2
-if failure then
-  failure_pttl = redis.call('PTTL', failure_key)
+if idle > 0 then
+  redis.call('SET', demand_key, '1', 'PX', idle)
 end
-return {now, h[1], tonumber(h[2]) or 0, tonumber(h[3]) or 0, tonumber(h[4]) or 0, h[5],
-  tonumber(h[6]) or 0, tonumber(h[7]) or 0, failure, failure_pttl}
+local h = redis.call('HMGET', value_key, 'token', 'expire_ms', 'hi_ms', 'renew_ms', 'lifetime_ms', 'written_ms', 'gen')
+local f = redis.call('HMGET', failure_key, 'rec', 'until_ms', 'attempts')
+local demand = redis.call('EXISTS', demand_key)
+local mints = tonumber(redis.call('GET', counter_key)) or 0
+local v = redis.call('HMGET', verdict_key, 'hash', 'kind', 'at_ms', 'until_ms', 'why', 'errcode', 'count')
+return {now, h[1], tonumber(h[2]) or 0, tonumber(h[3]) or 0, tonumber(h[4]) or 0, tonumber(h[5]) or 0,
+  tonumber(h[6]) or 0, tonumber(h[7]) or 0, f[1], tonumber(f[2]) or 0, tonumber(f[3]) or 0,
+  demand, mints, v[1], v[2], tonumber(v[3]) or 0, tonumber(v[4]) or 0, v[5], tonumber(v[6]) or 0,
+  tonumber(v[7]) or 0}

@@ -1,7 +1,9 @@
 package token
 
 import (
+	"crypto/sha256"
 	_ "embed"
+	"encoding/hex"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -22,16 +24,27 @@ var (
 	failLua string
 	//go:embed force.lua
 	forceLua string
+	//go:embed take.lua
+	takeLua string
 
 	readScript  = redis.NewScript(readLua)
 	writeScript = redis.NewScript(writeLua)
 	failScript  = redis.NewScript(failLua)
 	forceScript = redis.NewScript(forceLua)
+	takeScript  = redis.NewScript(takeLua)
 )
 
 // counterTTL is how long the per-day mint and force_refresh counters are
 // kept: a week of history for operators.
 const counterTTL = 8 * 24 * time.Hour
+
+// keepAfterExpiry is how long a cached value's hash outlives the latest
+// moment it may expire, so that its successor can be compared with it.
+const keepAfterExpiry = time.Minute
+
+// failureKeep is how long a failure record outlives its hold, so that the
+// next failure counts as one more in a row.
+const failureKeep = time.Hour
 
 // shanghai is WeChat's day for quotas: midnight in Beijing. A fixed zone, so
 // that lockd needs no tzdata (China has had no daylight saving since 1991).
@@ -47,66 +60,173 @@ func untilNextDay(t time.Time) time.Duration {
 	return time.Date(y, m, d+1, 0, 0, 0, 0, shanghai).Sub(t)
 }
 
-// keys names the Redis keys and channel of one app. They share the hash tag
-// {<app>}, so one app's scripts run in one slot of a Redis Cluster; app names
-// cannot hold braces (see New).
-type keys struct {
-	base    string // the token hash
-	failure string
+// identity names the upstream account whose tokens an app serves: the
+// provider and appid, and for WeCom (where each app of a corp has its own
+// secret and token) a fingerprint of the corpsecret. The cache is keyed by
+// it, so that configurations sharing a Redis never hand one account's token
+// to another.
+func identity(cfg wechat.Config) string {
+	if cfg.Provider == wechat.ProviderWeCom {
+		return cfg.Provider + ":" + cfg.AppID + ":" + fingerprint("wecom app", cfg)[:12]
+	}
+	api := cfg.TokenAPI
+	if api == "" {
+		api = wechat.TokenAPIClassic
+	}
+	return cfg.Provider + ":" + api + ":" + cfg.AppID
+}
+
+// fingerprint is a one-way digest of cfg's credentials for use, together
+// with purpose, in Redis keys: never the secret itself.
+func fingerprint(purpose string, cfg wechat.Config) string {
+	h := sha256.New()
+	for _, part := range []string{"lockd", purpose, cfg.Provider, cfg.TokenAPI, cfg.AppID, cfg.Secret} {
+		h.Write([]byte(part))
+		h.Write([]byte{0})
+	}
+	return hex.EncodeToString(h.Sum(nil))[:16]
+}
+
+// tokenHash names a reported token in verdicts and charge markers without
+// storing the token.
+func tokenHash(tok string) string {
+	sum := sha256.Sum256([]byte(tok))
+	return hex.EncodeToString(sum[:])[:16]
+}
+
+// appKeys names the Redis keys and channel of one app. They share the hash
+// tag {<identity>}, so one app's scripts run in one slot of a Redis Cluster.
+type appKeys struct {
+	base    string // prefix:token:{identity}
 	channel string
 }
 
-func newKeys(prefix, app string) keys {
-	base := prefix + ":{" + app + "}"
-	return keys{base: base, failure: base + ":failure", channel: base + ":minted"}
+func newAppKeys(prefix, id string) appKeys {
+	base := prefix + ":token:{" + id + "}"
+	return appKeys{base: base, channel: base + ":notice"}
 }
 
-func (k keys) mints(day string) string  { return k.base + ":mints:" + day }
-func (k keys) forces(day string) string { return k.base + ":forces:" + day }
-func (k keys) forceGate() string        { return k.base + ":force-gate" }
+func (k appKeys) forces(day string) string { return k.base + ":forces:" + day }
+func (k appKeys) forceGate() string        { return k.base + ":force-gate" }
+func (k appKeys) reports(window int64) string {
+	return k.base + ":reports:" + strconv.FormatInt(window, 10)
+}
+func (k appKeys) client(name string, window int64) string {
+	return k.base + ":client:" + name + ":" + strconv.FormatInt(window, 10)
+}
+func (k appKeys) charged(name, tokHash string) string {
+	return k.base + ":charged:" + name + ":" + tokHash
+}
 
-// state is what read.lua found: the cached token, if any, and the recorded
-// failure, if any, with Redis's clock.
+// valueKeys names the keys of one cached value: the access_token (base) or
+// a ticket (base:ticket:<type>).
+type valueKeys struct {
+	value   string
+	failure string // scoped to the credentials' fingerprint
+	demand  string
+	verdict string
+}
+
+func newValueKeys(app appKeys, ticket wechat.TicketType, fp string) valueKeys {
+	v := app.base
+	if ticket != "" {
+		v += ":ticket:" + string(ticket)
+	}
+	return valueKeys{value: v, failure: v + ":failure:" + fp, demand: v + ":demand", verdict: v + ":verdict"}
+}
+
+func (k valueKeys) mints(day string) string { return k.value + ":mints:" + day }
+
+// verdict is what the fleet last concluded about a reported token.
+type verdict struct {
+	hash    string    // tokenHash of the token
+	kind    string    // verdictValid or verdictLimited
+	at      time.Time // by the broker's clock
+	until   time.Time // verdictLimited: when a mint may be tried again
+	why     string
+	errcode int
+	count   int // verdictValid: the upstream accepted the token this many times in a row
+}
+
+const (
+	verdictValid   = "valid"
+	verdictLimited = "limited"
+)
+
+// state is what read.lua found, with Redis's clock and the local time the
+// read was sent, so that later decisions can count the time since.
 type state struct {
-	now      time.Time
-	token    string
-	expire   time.Time
-	lifetime time.Duration
-	written  time.Time
-	cause    Cause
-	same     bool // the last mint handed back the token already cached
-	gen      int64
-	failure  *Error
+	at         time.Time // local clock when the read was sent
+	now        time.Time // Redis's clock
+	token      string
+	expire     time.Time // the earliest the value may expire
+	hi         time.Time // the latest it may expire
+	renew      time.Time // zero: a fresher value can be had any time
+	lifetime   time.Duration
+	written    time.Time
+	gen        int64
+	failure    *Error // the recorded failure while its hold lasts
+	attempts   int    // failed mints in a row
+	demand     bool
+	mintsToday int64
+	verdict    verdict
 }
 
-// remaining is the token's life left by Redis's clock, or 0 without a token.
-func (s state) remaining() time.Duration {
-	if s.token == "" || !s.expire.After(s.now) {
+// elapsed is the time since the read was sent.
+func (s state) elapsed() time.Duration { return time.Since(s.at) }
+
+// nowish is Redis's clock now, as far as this replica can tell.
+func (s state) nowish() time.Time { return s.now.Add(s.elapsed()) }
+
+// left is the value's life left now, or 0 without a value.
+func (s state) left() time.Duration {
+	if s.token == "" {
 		return 0
 	}
-	return s.expire.Sub(s.now)
+	return max(s.expire.Sub(s.nowish()), 0)
+}
+
+// fresherIn is how long until the upstream hands out a fresher value than
+// the cached one; 0 when it would now.
+func (s state) fresherIn() time.Duration {
+	if s.renew.IsZero() {
+		return 0
+	}
+	return max(s.renew.Sub(s.nowish()), 0)
 }
 
 func (s state) result() Token { return Token{AccessToken: s.token, ExpireTime: s.expire} }
 
-func readState(reply []any, app string) (state, error) {
-	if len(reply) != 10 {
+func readState(reply []any, name string, at time.Time) (state, error) {
+	if len(reply) != 20 {
 		return state{}, fmt.Errorf("token: unexpected read reply of %d elements", len(reply))
 	}
 	str := func(i int) string { s, _ := reply[i].(string); return s }
 	num := func(i int) int64 { n, _ := reply[i].(int64); return n }
-	st := state{
-		now:      time.UnixMilli(num(0)),
-		token:    str(1),
-		expire:   time.UnixMilli(num(2)),
-		lifetime: time.Duration(num(3)) * time.Millisecond,
-		written:  time.UnixMilli(num(4)),
-		cause:    parseCause(str(5)),
-		same:     num(6) == 1,
-		gen:      num(7),
+	ms := func(i int) time.Time {
+		if n := num(i); n > 0 {
+			return time.UnixMilli(n)
+		}
+		return time.Time{}
 	}
-	if rec := str(8); rec != "" {
-		st.failure = &Error{App: app, Err: decodeFailure(rec), RetryAfter: time.Duration(num(9)) * time.Millisecond, Recorded: true}
+	st := state{
+		at:         at,
+		now:        time.UnixMilli(num(0)),
+		token:      str(1),
+		expire:     ms(2),
+		hi:         ms(3),
+		renew:      ms(4),
+		lifetime:   time.Duration(num(5)) * time.Millisecond,
+		written:    ms(6),
+		gen:        num(7),
+		attempts:   int(num(10)),
+		demand:     num(11) == 1,
+		mintsToday: num(12),
+		verdict: verdict{hash: str(13), kind: str(14), at: ms(15), until: ms(16),
+			why: str(17), errcode: int(num(18)), count: int(num(19))},
+	}
+	if rec, until := str(8), ms(9); rec != "" && until.After(st.now) {
+		st.failure = &Error{App: name, Err: decodeFailure(rec), RetryAfter: until.Sub(st.now), Recorded: true}
 	}
 	return st, nil
 }
@@ -153,27 +273,32 @@ func decodeFailure(s string) *wechat.Error {
 
 // writeResult is what write.lua did.
 type writeResult struct {
-	stored bool   // our token is cached now
-	newer  *Token // set when a newer minter's token is cached instead
+	stored bool // our value is cached now
+	same   bool // the upstream handed out the value already cached
+	expire time.Time
+	renew  time.Time
+	gen    int64
+	now    time.Time // Redis's clock
+	newer  *Token    // set when another minter's value is cached instead
 }
 
-func parseWrite(reply []any) (writeResult, time.Time, error) {
+func parseWrite(reply []any) (writeResult, error) {
 	if len(reply) == 0 {
-		return writeResult{}, time.Time{}, errors.New("token: empty write reply")
+		return writeResult{}, errors.New("token: empty write reply")
 	}
-	status, _ := reply[0].(int64)
-	switch {
-	case status == 1 && len(reply) == 3:
-		expire, _ := reply[1].(int64)
-		return writeResult{stored: true}, time.UnixMilli(expire), nil
+	num := func(i int) int64 { n, _ := reply[i].(int64); return n }
+	switch status := num(0); {
+	case status == 1 && len(reply) == 6:
+		r := writeResult{stored: true, same: num(4) == 1, expire: time.UnixMilli(num(1)), gen: num(2), now: time.UnixMilli(num(5))}
+		if n := num(3); n > 0 {
+			r.renew = time.UnixMilli(n)
+		}
+		return r, nil
 	case status == 0 && len(reply) == 3:
 		tok, _ := reply[1].(string)
-		expire, _ := reply[2].(int64)
-		return writeResult{newer: &Token{AccessToken: tok, ExpireTime: time.UnixMilli(expire)}}, time.Time{}, nil
-	case status == -1:
-		return writeResult{}, time.Time{}, nil
+		return writeResult{newer: &Token{AccessToken: tok, ExpireTime: time.UnixMilli(num(2))}}, nil
 	}
-	return writeResult{}, time.Time{}, fmt.Errorf("token: unexpected write reply %v", reply)
+	return writeResult{}, fmt.Errorf("token: unexpected write reply %v", reply)
 }
 
 // parseForce reads force.lua's reply: whether a force_refresh may be sent,

@@ -21,12 +21,14 @@ const MaxResponseBytes = 64 << 10
 // when given nil.
 const DefaultTimeout = 10 * time.Second
 
-// Token is a freshly minted access_token.
+// Token is an access_token (or a ticket) as the upstream handed it out.
 type Token struct {
-	// AccessToken is the token to pass to the upstream's APIs.
+	// AccessToken is the token to pass to the upstream's APIs (for
+	// Ticket, the ticket).
 	AccessToken string
-	// ExpiresIn is the lifetime the upstream announced, counted from the
-	// moment the reply arrived.
+	// ExpiresIn is the lifetime the upstream announced in whole seconds,
+	// counted from when it answered. Zero means the value is in its last
+	// second: ask again in a second for a new one.
 	ExpiresIn time.Duration
 }
 
@@ -40,6 +42,8 @@ func (t Token) String() string {
 type Client struct {
 	cfg      Config
 	hc       *http.Client
+	base     string // scheme, host and path prefix of every endpoint
+	host     string // host and path prefix of base, for messages
 	url      string // full URL of the token endpoint, without the query
 	endpoint string // host and path of url, for messages
 }
@@ -71,6 +75,8 @@ func NewClient(cfg Config, hc *http.Client) (*Client, error) {
 	return &Client{
 		cfg:      cfg,
 		hc:       &own,
+		base:     base.String(),
+		host:     base.Host + base.Path,
 		url:      base.String() + path,
 		endpoint: base.Host + base.Path + path,
 	}, nil
@@ -83,6 +89,28 @@ func (c *Client) Endpoint() string { return c.endpoint }
 // ForceRefreshes reports whether Mint's forceRefresh has an effect, which it
 // has only for the stable API.
 func (c *Client) ForceRefreshes() bool { return c.cfg.TokenAPI == TokenAPIStable }
+
+// StableWindow is how long before a stable token expires the stable API in
+// normal mode starts handing out its successor.
+const StableWindow = 5 * time.Minute
+
+// FreshWindow says when Mint hands out a new token rather than the current
+// one again: negative for the classic API, which mints a new token on every
+// call; StableWindow for the stable API in normal mode, which hands out a
+// new token only in the current one's last minutes; 0 for WeCom, which
+// hands out the current token again until it has expired.
+func (c *Client) FreshWindow() time.Duration {
+	switch {
+	case c.cfg.Provider == ProviderWeCom:
+		return 0
+	case c.cfg.TokenAPI == TokenAPIStable:
+		return StableWindow
+	}
+	return -1
+}
+
+// Provider returns the provider of the client's app.
+func (c *Client) Provider() string { return c.cfg.Provider }
 
 // String describes the client without its secret.
 func (c *Client) String() string { return "wechat.Client" + c.cfg.String() }
@@ -103,28 +131,39 @@ func (c *Client) String() string { return "wechat.Client" + c.cfg.String() }
 func (c *Client) Mint(ctx context.Context, forceRefresh bool) (Token, error) {
 	req, err := c.newRequest(ctx, forceRefresh)
 	if err != nil {
-		return Token{}, c.fail(ctx, err)
+		return Token{}, c.fail(ctx, c.endpoint, err)
 	}
+	body, err := c.do(ctx, req, c.endpoint)
+	if err != nil {
+		return Token{}, err
+	}
+	return c.parse(body)
+}
+
+// do sends req and returns the body of a 200 reply, or an *Error naming
+// endpoint, free of the URL and of secret (and of the extra values, such
+// as an access_token).
+func (c *Client) do(ctx context.Context, req *http.Request, endpoint string, extra ...string) ([]byte, error) {
 	resp, err := c.hc.Do(req)
 	if err != nil {
-		return Token{}, c.fail(ctx, err)
+		return nil, c.fail(ctx, endpoint, err, extra...)
 	}
 	defer resp.Body.Close()
 	body, err := io.ReadAll(io.LimitReader(resp.Body, MaxResponseBytes+1))
 	if err != nil {
-		return Token{}, c.fail(ctx, fmt.Errorf("reading response: %w", err))
+		return nil, c.fail(ctx, endpoint, fmt.Errorf("reading response: %w", err), extra...)
 	}
 	if resp.StatusCode != http.StatusOK {
 		class := ClassUnavailable
 		if resp.StatusCode == http.StatusTooManyRequests {
 			class = ClassQuota
 		}
-		return Token{}, &Error{Class: class, HTTPStatus: resp.StatusCode, Endpoint: c.endpoint}
+		return nil, &Error{Class: class, HTTPStatus: resp.StatusCode, Endpoint: endpoint}
 	}
 	if len(body) > MaxResponseBytes {
-		return Token{}, c.fail(ctx, fmt.Errorf("response longer than %d bytes", MaxResponseBytes))
+		return nil, c.fail(ctx, endpoint, fmt.Errorf("response longer than %d bytes", MaxResponseBytes), extra...)
 	}
-	return c.parse(body)
+	return body, nil
 }
 
 func (c *Client) newRequest(ctx context.Context, forceRefresh bool) (*http.Request, error) {
@@ -186,7 +225,7 @@ func (c *Client) parse(body []byte) (Token, error) {
 	switch {
 	case r.AccessToken == "":
 		problem = "reply without access_token"
-	case r.ExpiresIn <= 0 || r.ExpiresIn > maxExpiresIn:
+	case r.ExpiresIn < 0 || r.ExpiresIn > maxExpiresIn:
 		problem = fmt.Sprintf("reply with expires_in %d", r.ExpiresIn)
 	default:
 		return Token{AccessToken: r.AccessToken, ExpiresIn: time.Duration(r.ExpiresIn) * time.Second}, nil
@@ -194,28 +233,29 @@ func (c *Client) parse(body []byte) (Token, error) {
 	return Token{}, &Error{Class: ClassUnavailable, Endpoint: c.endpoint, Err: errors.New(problem)}
 }
 
-// fail turns a failure to send a request or read its reply into an error
-// without the URL or the secret.
-func (c *Client) fail(ctx context.Context, err error) error {
+// fail turns a failure to send a request to endpoint or read its reply into
+// an error without the URL, the secret or the extra values.
+func (c *Client) fail(ctx context.Context, endpoint string, err error, extra ...string) error {
 	if ctxErr := ctx.Err(); ctxErr != nil {
 		// The caller gave up; that is not the upstream's fault.
-		return fmt.Errorf("wechat: %s: %w", c.endpoint, ctxErr)
+		return fmt.Errorf("wechat: %s: %w", endpoint, ctxErr)
 	}
-	cause := c.scrub(err)
+	cause := c.scrub(err, extra...)
 	if errors.Is(cause, context.DeadlineExceeded) || errors.Is(cause, context.Canceled) {
 		// The http.Client's own Timeout fired, not the caller's deadline:
 		// keep the text but not the identity, so that callers passing
 		// context errors through do not mistake it for their own.
 		cause = errors.New(cause.Error())
 	}
-	return &Error{Class: ClassUnavailable, Endpoint: c.endpoint, Err: cause}
+	return &Error{Class: ClassUnavailable, Endpoint: endpoint, Err: cause}
 }
 
 // scrub peels *url.Error layers, whose messages hold the full URL and so the
-// query's secret, off err. Should what remains still mention the secret or
-// the URL (a *url.Error further down, an odd cause), it is flattened into a
-// message that names the endpoint instead and masks the secret.
-func (c *Client) scrub(err error) error {
+// query's secret or access_token, off err. Should what remains still mention
+// the secret, an extra value or a URL (a *url.Error further down, an odd
+// cause), it is flattened into a message that names the endpoint instead
+// and masks them.
+func (c *Client) scrub(err error, extra ...string) error {
 	for {
 		ue, ok := err.(*url.Error)
 		if !ok {
@@ -227,7 +267,7 @@ func (c *Client) scrub(err error) error {
 		return nil
 	}
 	msg := err.Error()
-	clean := c.redact(c.dropURLs(msg))
+	clean := c.redact(c.dropURLs(msg), extra...)
 	var ue *url.Error
 	if clean != msg || errors.As(err, &ue) {
 		return errors.New(clean)
@@ -235,34 +275,43 @@ func (c *Client) scrub(err error) error {
 	return err
 }
 
-// dropURLs replaces every occurrence of the endpoint's URL, with whatever
-// query follows it, by the endpoint's host and path.
+// dropURLs replaces every URL of the upstream in msg, with whatever query
+// follows it, by its host and path.
 func (c *Client) dropURLs(msg string) string {
 	var b strings.Builder
 	for {
-		i := strings.Index(msg, c.url)
+		i := strings.Index(msg, c.base)
 		if i < 0 {
 			b.WriteString(msg)
 			return b.String()
 		}
 		b.WriteString(msg[:i])
-		b.WriteString(c.endpoint)
-		msg = msg[i+len(c.url):]
-		if end := strings.IndexAny(msg, " \"'\n"); end >= 0 {
-			msg = msg[end:]
-		} else {
-			msg = ""
+		msg = msg[i+len(c.base):]
+		end := strings.IndexAny(msg, " \"'\n")
+		if end < 0 {
+			end = len(msg)
 		}
+		path := msg[:end]
+		if q := strings.IndexAny(path, "?#"); q >= 0 {
+			path = path[:q]
+		}
+		b.WriteString(c.host + path)
+		msg = msg[end:]
 	}
 }
 
-// redact masks every spelling of the secret a message could carry.
-func (c *Client) redact(s string) string {
-	secret := c.cfg.Secret
-	quoted, _ := json.Marshal(secret)
-	forms := []string{secret, url.QueryEscape(secret), url.PathEscape(secret), string(quoted[1 : len(quoted)-1])}
-	for _, form := range forms {
-		s = strings.ReplaceAll(s, form, "REDACTED")
+// redact masks every spelling of the secret, and of the extra values, a
+// message could carry.
+func (c *Client) redact(s string, extra ...string) string {
+	for _, v := range append([]string{c.cfg.Secret}, extra...) {
+		if v == "" {
+			continue
+		}
+		quoted, _ := json.Marshal(v)
+		forms := []string{v, url.QueryEscape(v), url.PathEscape(v), string(quoted[1 : len(quoted)-1])}
+		for _, form := range forms {
+			s = strings.ReplaceAll(s, form, "REDACTED")
+		}
 	}
 	return s
 }

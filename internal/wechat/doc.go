@@ -1,7 +1,16 @@
 // Package wechat mints access_tokens from the upstream token APIs: WeChat's
 // classic GET /cgi-bin/token and stable POST /cgi-bin/stable_token, and
-// WeCom's GET /cgi-bin/gettoken. It knows nothing of Redis, caching or gRPC;
-// the token broker decides when to mint and the service maps errors.
+// WeCom's GET /cgi-bin/gettoken. It also fetches JS-SDK tickets (Ticket) and
+// asks whether the upstream accepts a token (Probe, through getcallbackip).
+// It knows nothing of Redis, caching or gRPC; the token broker decides when
+// to mint and the service maps errors.
+//
+// # Lifetimes
+//
+// expires_in is whole seconds. The classic API mints a new token on every
+// call; the stable API in normal mode and WeCom hand out the current token
+// again, with the life it has left, rounded (FreshWindow says which). A
+// reply with expires_in 0 is a token in its last second, not an error.
 //
 // # Errors
 //
@@ -15,7 +24,11 @@
 //	ErrUnavailable  -1 and every other errcode; HTTP status other than 200
 //	                and 429; connection failures and upstream timeouts;
 //	                bodies over 64 KiB or not JSON; replies without a token
-//	                or with a non-positive expires_in
+//	                or with a negative expires_in
+//
+// From Ticket, 40001, 40014, 42001 and 41001 say that the access_token
+// passed was refused: such errors are ErrUnavailable and also match
+// ErrTokenRejected.
 //
 // Unknown errcodes count as unavailable on purpose: a new failure mode is
 // more often passing than a configuration error, and the errcode still

@@ -124,6 +124,8 @@ type Error struct {
 	// Err is the cause of a transport failure or unusable reply, stripped of
 	// any *url.Error and of the secret; nil for errcode and HTTP replies.
 	Err error
+
+	tokenRejected bool // a Ticket call refused its access_token
 }
 
 // Error returns a one-line description free of the secret and the query.
@@ -151,8 +153,11 @@ func (e *Error) Error() string {
 // Unwrap returns Err.
 func (e *Error) Unwrap() error { return e.Err }
 
-// Is reports whether target is the sentinel of e's class.
-func (e *Error) Is(target error) bool { return target == e.Class.sentinel() }
+// Is reports whether target is the sentinel of e's class, or
+// ErrTokenRejected for a Ticket call that refused its access_token.
+func (e *Error) Is(target error) bool {
+	return target == e.Class.sentinel() || (e.tokenRejected && target == ErrTokenRejected)
+}
 
 // ErrorInfo returns a reason and metadata for a google.rpc.ErrorInfo detail
 // (the caller supplies the domain). Reasons are WECHAT_CREDENTIALS_REJECTED,

@@ -33,6 +33,9 @@ const (
 	LockMode_LOCK_MODE_READ LockMode = 1
 	// LOCK_MODE_WRITE is an exclusive hold.
 	LockMode_LOCK_MODE_WRITE LockMode = 2
+	// LOCK_MODE_PERMIT is one of a semaphore's permits (SemaphoreService):
+	// at most the semaphore's limit of them are held at once.
+	LockMode_LOCK_MODE_PERMIT LockMode = 3
 )
 
 // Enum value maps for LockMode.
@@ -41,11 +44,13 @@ var (
 		0: "LOCK_MODE_UNSPECIFIED",
 		1: "LOCK_MODE_READ",
 		2: "LOCK_MODE_WRITE",
+		3: "LOCK_MODE_PERMIT",
 	}
 	LockMode_value = map[string]int32{
 		"LOCK_MODE_UNSPECIFIED": 0,
 		"LOCK_MODE_READ":        1,
 		"LOCK_MODE_WRITE":       2,
+		"LOCK_MODE_PERMIT":      3,
 	}
 )
 
@@ -281,7 +286,12 @@ type AcquireResponse struct {
 	// lease is the granted lease; set only when acquired.
 	Lease *Lease `protobuf:"bytes,2,opt,name=lease,proto3" json:"lease,omitempty"`
 	// retry_after is the current holder's remaining lease when not acquired.
-	RetryAfter    *durationpb.Duration `protobuf:"bytes,3,opt,name=retry_after,json=retryAfter,proto3" json:"retry_after,omitempty"`
+	RetryAfter *durationpb.Duration `protobuf:"bytes,3,opt,name=retry_after,json=retryAfter,proto3" json:"retry_after,omitempty"`
+	// holder names an owner holding the key when not acquired: the write
+	// holder, or one of the readers. It is the owner as its holder named it,
+	// without the name of its client; empty when nobody holds the key (it is
+	// waited for, or held back after Redis lost its data).
+	Holder        string `protobuf:"bytes,4,opt,name=holder,proto3" json:"holder,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -335,6 +345,13 @@ func (x *AcquireResponse) GetRetryAfter() *durationpb.Duration {
 		return x.RetryAfter
 	}
 	return nil
+}
+
+func (x *AcquireResponse) GetHolder() string {
+	if x != nil {
+		return x.Holder
+	}
+	return ""
 }
 
 // RLockRequest asks for a shared (read) hold on a key.
@@ -430,7 +447,12 @@ type RLockResponse struct {
 	// lease is the granted lease; set only when acquired.
 	Lease *Lease `protobuf:"bytes,2,opt,name=lease,proto3" json:"lease,omitempty"`
 	// retry_after is the current holder's remaining lease when not acquired.
-	RetryAfter    *durationpb.Duration `protobuf:"bytes,3,opt,name=retry_after,json=retryAfter,proto3" json:"retry_after,omitempty"`
+	RetryAfter *durationpb.Duration `protobuf:"bytes,3,opt,name=retry_after,json=retryAfter,proto3" json:"retry_after,omitempty"`
+	// holder names an owner holding the key when not acquired: the write
+	// holder, or one of the readers. It is the owner as its holder named it,
+	// without the name of its client; empty when nobody holds the key (it is
+	// waited for, or held back after Redis lost its data).
+	Holder        string `protobuf:"bytes,4,opt,name=holder,proto3" json:"holder,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -484,6 +506,13 @@ func (x *RLockResponse) GetRetryAfter() *durationpb.Duration {
 		return x.RetryAfter
 	}
 	return nil
+}
+
+func (x *RLockResponse) GetHolder() string {
+	if x != nil {
+		return x.Holder
+	}
+	return ""
 }
 
 // WLockRequest asks for an exclusive (write) hold on a key.
@@ -579,7 +608,12 @@ type WLockResponse struct {
 	// lease is the granted lease; set only when acquired.
 	Lease *Lease `protobuf:"bytes,2,opt,name=lease,proto3" json:"lease,omitempty"`
 	// retry_after is the current holder's remaining lease when not acquired.
-	RetryAfter    *durationpb.Duration `protobuf:"bytes,3,opt,name=retry_after,json=retryAfter,proto3" json:"retry_after,omitempty"`
+	RetryAfter *durationpb.Duration `protobuf:"bytes,3,opt,name=retry_after,json=retryAfter,proto3" json:"retry_after,omitempty"`
+	// holder names an owner holding the key when not acquired: the write
+	// holder, or one of the readers. It is the owner as its holder named it,
+	// without the name of its client; empty when nobody holds the key (it is
+	// waited for, or held back after Redis lost its data).
+	Holder        string `protobuf:"bytes,4,opt,name=holder,proto3" json:"holder,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -633,6 +667,13 @@ func (x *WLockResponse) GetRetryAfter() *durationpb.Duration {
 		return x.RetryAfter
 	}
 	return nil
+}
+
+func (x *WLockResponse) GetHolder() string {
+	if x != nil {
+		return x.Holder
+	}
+	return ""
 }
 
 // ReleaseRequest gives back one hold of a lease.
@@ -976,6 +1017,170 @@ func (x *KeepAliveResponse) GetLease() *Lease {
 	return nil
 }
 
+// HoldRequest opens a stream that takes a key and holds it until the client
+// closes the stream.
+type HoldRequest struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// key is the lock's name: 1 to 512 bytes of UTF-8 without control characters.
+	Key string `protobuf:"bytes,1,opt,name=key,proto3" json:"key,omitempty"`
+	// owner names the holder (for example host:pid:thread). The same owner
+	// holding the key in the same mode re-enters its lease. Empty means a
+	// fresh, unique owner.
+	Owner string `protobuf:"bytes,2,opt,name=owner,proto3" json:"owner,omitempty"`
+	// mode is LOCK_MODE_READ for a shared hold, LOCK_MODE_WRITE (or unset) for
+	// an exclusive one.
+	Mode LockMode `protobuf:"varint,3,opt,name=mode,proto3,enum=lockd.v1.LockMode" json:"mode,omitempty"`
+	// ttl is the lease's span, renewed about every ttl/3 while the stream is
+	// open; unset means 30s. It must lie in [10ms, 24h].
+	Ttl *durationpb.Duration `protobuf:"bytes,4,opt,name=ttl,proto3" json:"ttl,omitempty"`
+	// wait_timeout is how long to wait for the lock; unset or zero tries once.
+	// The wait also ends at the RPC deadline.
+	WaitTimeout   *durationpb.Duration `protobuf:"bytes,5,opt,name=wait_timeout,json=waitTimeout,proto3" json:"wait_timeout,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *HoldRequest) Reset() {
+	*x = HoldRequest{}
+	mi := &file_lockd_v1_lock_proto_msgTypes[13]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *HoldRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*HoldRequest) ProtoMessage() {}
+
+func (x *HoldRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_lockd_v1_lock_proto_msgTypes[13]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use HoldRequest.ProtoReflect.Descriptor instead.
+func (*HoldRequest) Descriptor() ([]byte, []int) {
+	return file_lockd_v1_lock_proto_rawDescGZIP(), []int{13}
+}
+
+func (x *HoldRequest) GetKey() string {
+	if x != nil {
+		return x.Key
+	}
+	return ""
+}
+
+func (x *HoldRequest) GetOwner() string {
+	if x != nil {
+		return x.Owner
+	}
+	return ""
+}
+
+func (x *HoldRequest) GetMode() LockMode {
+	if x != nil {
+		return x.Mode
+	}
+	return LockMode_LOCK_MODE_UNSPECIFIED
+}
+
+func (x *HoldRequest) GetTtl() *durationpb.Duration {
+	if x != nil {
+		return x.Ttl
+	}
+	return nil
+}
+
+func (x *HoldRequest) GetWaitTimeout() *durationpb.Duration {
+	if x != nil {
+		return x.WaitTimeout
+	}
+	return nil
+}
+
+// HoldResponse is sent once the wait ends, and after each renewal while the
+// key is held.
+type HoldResponse struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// acquired is true when the lease is held. When false (only in the first
+	// response), the stream ends OK after this response.
+	Acquired bool `protobuf:"varint,1,opt,name=acquired,proto3" json:"acquired,omitempty"`
+	// lease is the lease as last granted or renewed; set only when acquired.
+	Lease *Lease `protobuf:"bytes,2,opt,name=lease,proto3" json:"lease,omitempty"`
+	// retry_after is the current holder's remaining lease when not acquired.
+	RetryAfter *durationpb.Duration `protobuf:"bytes,3,opt,name=retry_after,json=retryAfter,proto3" json:"retry_after,omitempty"`
+	// holder names an owner holding the key when not acquired, as in
+	// AcquireResponse.
+	Holder        string `protobuf:"bytes,4,opt,name=holder,proto3" json:"holder,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *HoldResponse) Reset() {
+	*x = HoldResponse{}
+	mi := &file_lockd_v1_lock_proto_msgTypes[14]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *HoldResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*HoldResponse) ProtoMessage() {}
+
+func (x *HoldResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_lockd_v1_lock_proto_msgTypes[14]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use HoldResponse.ProtoReflect.Descriptor instead.
+func (*HoldResponse) Descriptor() ([]byte, []int) {
+	return file_lockd_v1_lock_proto_rawDescGZIP(), []int{14}
+}
+
+func (x *HoldResponse) GetAcquired() bool {
+	if x != nil {
+		return x.Acquired
+	}
+	return false
+}
+
+func (x *HoldResponse) GetLease() *Lease {
+	if x != nil {
+		return x.Lease
+	}
+	return nil
+}
+
+func (x *HoldResponse) GetRetryAfter() *durationpb.Duration {
+	if x != nil {
+		return x.RetryAfter
+	}
+	return nil
+}
+
+func (x *HoldResponse) GetHolder() string {
+	if x != nil {
+		return x.Holder
+	}
+	return ""
+}
+
 var File_lockd_v1_lock_proto protoreflect.FileDescriptor
 
 const file_lockd_v1_lock_proto_rawDesc = "" +
@@ -998,36 +1203,39 @@ const file_lockd_v1_lock_proto_rawDesc = "" +
 	"\x03ttl\x18\x03 \x01(\v2\x19.google.protobuf.DurationR\x03ttl\x12<\n" +
 	"\fwait_timeout\x18\x04 \x01(\v2\x19.google.protobuf.DurationR\vwaitTimeout\x12\x1d\n" +
 	"\n" +
-	"request_id\x18\x05 \x01(\tR\trequestId\"\x90\x01\n" +
+	"request_id\x18\x05 \x01(\tR\trequestId\"\xa8\x01\n" +
 	"\x0fAcquireResponse\x12\x1a\n" +
 	"\bacquired\x18\x01 \x01(\bR\bacquired\x12%\n" +
 	"\x05lease\x18\x02 \x01(\v2\x0f.lockd.v1.LeaseR\x05lease\x12:\n" +
 	"\vretry_after\x18\x03 \x01(\v2\x19.google.protobuf.DurationR\n" +
-	"retryAfter\"\xc0\x01\n" +
+	"retryAfter\x12\x16\n" +
+	"\x06holder\x18\x04 \x01(\tR\x06holder\"\xc0\x01\n" +
 	"\fRLockRequest\x12\x10\n" +
 	"\x03key\x18\x01 \x01(\tR\x03key\x12\x14\n" +
 	"\x05owner\x18\x02 \x01(\tR\x05owner\x12+\n" +
 	"\x03ttl\x18\x03 \x01(\v2\x19.google.protobuf.DurationR\x03ttl\x12<\n" +
 	"\fwait_timeout\x18\x04 \x01(\v2\x19.google.protobuf.DurationR\vwaitTimeout\x12\x1d\n" +
 	"\n" +
-	"request_id\x18\x05 \x01(\tR\trequestId\"\x8e\x01\n" +
+	"request_id\x18\x05 \x01(\tR\trequestId\"\xa6\x01\n" +
 	"\rRLockResponse\x12\x1a\n" +
 	"\bacquired\x18\x01 \x01(\bR\bacquired\x12%\n" +
 	"\x05lease\x18\x02 \x01(\v2\x0f.lockd.v1.LeaseR\x05lease\x12:\n" +
 	"\vretry_after\x18\x03 \x01(\v2\x19.google.protobuf.DurationR\n" +
-	"retryAfter\"\xc0\x01\n" +
+	"retryAfter\x12\x16\n" +
+	"\x06holder\x18\x04 \x01(\tR\x06holder\"\xc0\x01\n" +
 	"\fWLockRequest\x12\x10\n" +
 	"\x03key\x18\x01 \x01(\tR\x03key\x12\x14\n" +
 	"\x05owner\x18\x02 \x01(\tR\x05owner\x12+\n" +
 	"\x03ttl\x18\x03 \x01(\v2\x19.google.protobuf.DurationR\x03ttl\x12<\n" +
 	"\fwait_timeout\x18\x04 \x01(\v2\x19.google.protobuf.DurationR\vwaitTimeout\x12\x1d\n" +
 	"\n" +
-	"request_id\x18\x05 \x01(\tR\trequestId\"\x8e\x01\n" +
+	"request_id\x18\x05 \x01(\tR\trequestId\"\xa6\x01\n" +
 	"\rWLockResponse\x12\x1a\n" +
 	"\bacquired\x18\x01 \x01(\bR\bacquired\x12%\n" +
 	"\x05lease\x18\x02 \x01(\v2\x0f.lockd.v1.LeaseR\x05lease\x12:\n" +
 	"\vretry_after\x18\x03 \x01(\v2\x19.google.protobuf.DurationR\n" +
-	"retryAfter\"\\\n" +
+	"retryAfter\x12\x16\n" +
+	"\x06holder\x18\x04 \x01(\tR\x06holder\"\\\n" +
 	"\x0eReleaseRequest\x12\x10\n" +
 	"\x03key\x18\x01 \x01(\tR\x03key\x12\x19\n" +
 	"\blease_id\x18\x02 \x01(\tR\aleaseId\x12\x1d\n" +
@@ -1048,18 +1256,32 @@ const file_lockd_v1_lock_proto_rawDesc = "" +
 	"\x03ttl\x18\x03 \x01(\v2\x19.google.protobuf.DurationR\x03ttl\x12(\n" +
 	"\x10release_on_close\x18\x04 \x01(\bR\x0ereleaseOnClose\":\n" +
 	"\x11KeepAliveResponse\x12%\n" +
-	"\x05lease\x18\x01 \x01(\v2\x0f.lockd.v1.LeaseR\x05lease*N\n" +
+	"\x05lease\x18\x01 \x01(\v2\x0f.lockd.v1.LeaseR\x05lease\"\xc8\x01\n" +
+	"\vHoldRequest\x12\x10\n" +
+	"\x03key\x18\x01 \x01(\tR\x03key\x12\x14\n" +
+	"\x05owner\x18\x02 \x01(\tR\x05owner\x12&\n" +
+	"\x04mode\x18\x03 \x01(\x0e2\x12.lockd.v1.LockModeR\x04mode\x12+\n" +
+	"\x03ttl\x18\x04 \x01(\v2\x19.google.protobuf.DurationR\x03ttl\x12<\n" +
+	"\fwait_timeout\x18\x05 \x01(\v2\x19.google.protobuf.DurationR\vwaitTimeout\"\xa5\x01\n" +
+	"\fHoldResponse\x12\x1a\n" +
+	"\bacquired\x18\x01 \x01(\bR\bacquired\x12%\n" +
+	"\x05lease\x18\x02 \x01(\v2\x0f.lockd.v1.LeaseR\x05lease\x12:\n" +
+	"\vretry_after\x18\x03 \x01(\v2\x19.google.protobuf.DurationR\n" +
+	"retryAfter\x12\x16\n" +
+	"\x06holder\x18\x04 \x01(\tR\x06holder*d\n" +
 	"\bLockMode\x12\x19\n" +
 	"\x15LOCK_MODE_UNSPECIFIED\x10\x00\x12\x12\n" +
 	"\x0eLOCK_MODE_READ\x10\x01\x12\x13\n" +
-	"\x0fLOCK_MODE_WRITE\x10\x022\x83\x03\n" +
+	"\x0fLOCK_MODE_WRITE\x10\x02\x12\x14\n" +
+	"\x10LOCK_MODE_PERMIT\x10\x032\xbc\x03\n" +
 	"\vLockService\x12>\n" +
 	"\aAcquire\x12\x18.lockd.v1.AcquireRequest\x1a\x19.lockd.v1.AcquireResponse\x128\n" +
 	"\x05RLock\x12\x16.lockd.v1.RLockRequest\x1a\x17.lockd.v1.RLockResponse\x128\n" +
 	"\x05WLock\x12\x16.lockd.v1.WLockRequest\x1a\x17.lockd.v1.WLockResponse\x12>\n" +
 	"\aRelease\x12\x18.lockd.v1.ReleaseRequest\x1a\x19.lockd.v1.ReleaseResponse\x128\n" +
 	"\x05Renew\x12\x16.lockd.v1.RenewRequest\x1a\x17.lockd.v1.RenewResponse\x12F\n" +
-	"\tKeepAlive\x12\x1a.lockd.v1.KeepAliveRequest\x1a\x1b.lockd.v1.KeepAliveResponse0\x01B<\n" +
+	"\tKeepAlive\x12\x1a.lockd.v1.KeepAliveRequest\x1a\x1b.lockd.v1.KeepAliveResponse0\x01\x127\n" +
+	"\x04Hold\x12\x15.lockd.v1.HoldRequest\x1a\x16.lockd.v1.HoldResponse0\x01B<\n" +
 	"\vio.lockd.v1P\x01Z+github.com/lockd/lockd/gen/lockd/v1;lockdv1b\x06proto3"
 
 var (
@@ -1075,7 +1297,7 @@ func file_lockd_v1_lock_proto_rawDescGZIP() []byte {
 }
 
 var file_lockd_v1_lock_proto_enumTypes = make([]protoimpl.EnumInfo, 1)
-var file_lockd_v1_lock_proto_msgTypes = make([]protoimpl.MessageInfo, 13)
+var file_lockd_v1_lock_proto_msgTypes = make([]protoimpl.MessageInfo, 15)
 var file_lockd_v1_lock_proto_goTypes = []any{
 	(LockMode)(0),                 // 0: lockd.v1.LockMode
 	(*Lease)(nil),                 // 1: lockd.v1.Lease
@@ -1091,46 +1313,55 @@ var file_lockd_v1_lock_proto_goTypes = []any{
 	(*RenewResponse)(nil),         // 11: lockd.v1.RenewResponse
 	(*KeepAliveRequest)(nil),      // 12: lockd.v1.KeepAliveRequest
 	(*KeepAliveResponse)(nil),     // 13: lockd.v1.KeepAliveResponse
-	(*durationpb.Duration)(nil),   // 14: google.protobuf.Duration
-	(*timestamppb.Timestamp)(nil), // 15: google.protobuf.Timestamp
+	(*HoldRequest)(nil),           // 14: lockd.v1.HoldRequest
+	(*HoldResponse)(nil),          // 15: lockd.v1.HoldResponse
+	(*durationpb.Duration)(nil),   // 16: google.protobuf.Duration
+	(*timestamppb.Timestamp)(nil), // 17: google.protobuf.Timestamp
 }
 var file_lockd_v1_lock_proto_depIdxs = []int32{
 	0,  // 0: lockd.v1.Lease.mode:type_name -> lockd.v1.LockMode
-	14, // 1: lockd.v1.Lease.ttl:type_name -> google.protobuf.Duration
-	15, // 2: lockd.v1.Lease.expire_time:type_name -> google.protobuf.Timestamp
-	14, // 3: lockd.v1.AcquireRequest.ttl:type_name -> google.protobuf.Duration
-	14, // 4: lockd.v1.AcquireRequest.wait_timeout:type_name -> google.protobuf.Duration
+	16, // 1: lockd.v1.Lease.ttl:type_name -> google.protobuf.Duration
+	17, // 2: lockd.v1.Lease.expire_time:type_name -> google.protobuf.Timestamp
+	16, // 3: lockd.v1.AcquireRequest.ttl:type_name -> google.protobuf.Duration
+	16, // 4: lockd.v1.AcquireRequest.wait_timeout:type_name -> google.protobuf.Duration
 	1,  // 5: lockd.v1.AcquireResponse.lease:type_name -> lockd.v1.Lease
-	14, // 6: lockd.v1.AcquireResponse.retry_after:type_name -> google.protobuf.Duration
-	14, // 7: lockd.v1.RLockRequest.ttl:type_name -> google.protobuf.Duration
-	14, // 8: lockd.v1.RLockRequest.wait_timeout:type_name -> google.protobuf.Duration
+	16, // 6: lockd.v1.AcquireResponse.retry_after:type_name -> google.protobuf.Duration
+	16, // 7: lockd.v1.RLockRequest.ttl:type_name -> google.protobuf.Duration
+	16, // 8: lockd.v1.RLockRequest.wait_timeout:type_name -> google.protobuf.Duration
 	1,  // 9: lockd.v1.RLockResponse.lease:type_name -> lockd.v1.Lease
-	14, // 10: lockd.v1.RLockResponse.retry_after:type_name -> google.protobuf.Duration
-	14, // 11: lockd.v1.WLockRequest.ttl:type_name -> google.protobuf.Duration
-	14, // 12: lockd.v1.WLockRequest.wait_timeout:type_name -> google.protobuf.Duration
+	16, // 10: lockd.v1.RLockResponse.retry_after:type_name -> google.protobuf.Duration
+	16, // 11: lockd.v1.WLockRequest.ttl:type_name -> google.protobuf.Duration
+	16, // 12: lockd.v1.WLockRequest.wait_timeout:type_name -> google.protobuf.Duration
 	1,  // 13: lockd.v1.WLockResponse.lease:type_name -> lockd.v1.Lease
-	14, // 14: lockd.v1.WLockResponse.retry_after:type_name -> google.protobuf.Duration
-	14, // 15: lockd.v1.RenewRequest.ttl:type_name -> google.protobuf.Duration
+	16, // 14: lockd.v1.WLockResponse.retry_after:type_name -> google.protobuf.Duration
+	16, // 15: lockd.v1.RenewRequest.ttl:type_name -> google.protobuf.Duration
 	1,  // 16: lockd.v1.RenewResponse.lease:type_name -> lockd.v1.Lease
-	14, // 17: lockd.v1.KeepAliveRequest.ttl:type_name -> google.protobuf.Duration
+	16, // 17: lockd.v1.KeepAliveRequest.ttl:type_name -> google.protobuf.Duration
 	1,  // 18: lockd.v1.KeepAliveResponse.lease:type_name -> lockd.v1.Lease
-	2,  // 19: lockd.v1.LockService.Acquire:input_type -> lockd.v1.AcquireRequest
-	4,  // 20: lockd.v1.LockService.RLock:input_type -> lockd.v1.RLockRequest
-	6,  // 21: lockd.v1.LockService.WLock:input_type -> lockd.v1.WLockRequest
-	8,  // 22: lockd.v1.LockService.Release:input_type -> lockd.v1.ReleaseRequest
-	10, // 23: lockd.v1.LockService.Renew:input_type -> lockd.v1.RenewRequest
-	12, // 24: lockd.v1.LockService.KeepAlive:input_type -> lockd.v1.KeepAliveRequest
-	3,  // 25: lockd.v1.LockService.Acquire:output_type -> lockd.v1.AcquireResponse
-	5,  // 26: lockd.v1.LockService.RLock:output_type -> lockd.v1.RLockResponse
-	7,  // 27: lockd.v1.LockService.WLock:output_type -> lockd.v1.WLockResponse
-	9,  // 28: lockd.v1.LockService.Release:output_type -> lockd.v1.ReleaseResponse
-	11, // 29: lockd.v1.LockService.Renew:output_type -> lockd.v1.RenewResponse
-	13, // 30: lockd.v1.LockService.KeepAlive:output_type -> lockd.v1.KeepAliveResponse
-	25, // [25:31] is the sub-list for method output_type
-	19, // [19:25] is the sub-list for method input_type
-	19, // [19:19] is the sub-list for extension type_name
-	19, // [19:19] is the sub-list for extension extendee
-	0,  // [0:19] is the sub-list for field type_name
+	0,  // 19: lockd.v1.HoldRequest.mode:type_name -> lockd.v1.LockMode
+	16, // 20: lockd.v1.HoldRequest.ttl:type_name -> google.protobuf.Duration
+	16, // 21: lockd.v1.HoldRequest.wait_timeout:type_name -> google.protobuf.Duration
+	1,  // 22: lockd.v1.HoldResponse.lease:type_name -> lockd.v1.Lease
+	16, // 23: lockd.v1.HoldResponse.retry_after:type_name -> google.protobuf.Duration
+	2,  // 24: lockd.v1.LockService.Acquire:input_type -> lockd.v1.AcquireRequest
+	4,  // 25: lockd.v1.LockService.RLock:input_type -> lockd.v1.RLockRequest
+	6,  // 26: lockd.v1.LockService.WLock:input_type -> lockd.v1.WLockRequest
+	8,  // 27: lockd.v1.LockService.Release:input_type -> lockd.v1.ReleaseRequest
+	10, // 28: lockd.v1.LockService.Renew:input_type -> lockd.v1.RenewRequest
+	12, // 29: lockd.v1.LockService.KeepAlive:input_type -> lockd.v1.KeepAliveRequest
+	14, // 30: lockd.v1.LockService.Hold:input_type -> lockd.v1.HoldRequest
+	3,  // 31: lockd.v1.LockService.Acquire:output_type -> lockd.v1.AcquireResponse
+	5,  // 32: lockd.v1.LockService.RLock:output_type -> lockd.v1.RLockResponse
+	7,  // 33: lockd.v1.LockService.WLock:output_type -> lockd.v1.WLockResponse
+	9,  // 34: lockd.v1.LockService.Release:output_type -> lockd.v1.ReleaseResponse
+	11, // 35: lockd.v1.LockService.Renew:output_type -> lockd.v1.RenewResponse
+	13, // 36: lockd.v1.LockService.KeepAlive:output_type -> lockd.v1.KeepAliveResponse
+	15, // 37: lockd.v1.LockService.Hold:output_type -> lockd.v1.HoldResponse
+	31, // [31:38] is the sub-list for method output_type
+	24, // [24:31] is the sub-list for method input_type
+	24, // [24:24] is the sub-list for extension type_name
+	24, // [24:24] is the sub-list for extension extendee
+	0,  // [0:24] is the sub-list for field type_name
 }
 
 func init() { file_lockd_v1_lock_proto_init() }
@@ -1144,7 +1375,7 @@ func file_lockd_v1_lock_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_lockd_v1_lock_proto_rawDesc), len(file_lockd_v1_lock_proto_rawDesc)),
 			NumEnums:      1,
-			NumMessages:   13,
+			NumMessages:   15,
 			NumExtensions: 0,
 			NumServices:   1,
 		},

@@ -25,6 +25,7 @@ const (
 	LockService_Release_FullMethodName   = "/lockd.v1.LockService/Release"
 	LockService_Renew_FullMethodName     = "/lockd.v1.LockService/Renew"
 	LockService_KeepAlive_FullMethodName = "/lockd.v1.LockService/KeepAlive"
+	LockService_Hold_FullMethodName      = "/lockd.v1.LockService/Hold"
 )
 
 // LockServiceClient is the client API for LockService service.
@@ -52,6 +53,14 @@ type LockServiceClient interface {
 	// stays open, and sends the lease after each renewal. The stream ends with
 	// NOT_FOUND as soon as the lease is lost.
 	KeepAlive(ctx context.Context, in *KeepAliveRequest, opts ...grpc.CallOption) (grpc.ServerStreamingClient[KeepAliveResponse], error)
+	// Hold takes the key and keeps it for as long as the stream stays open: it
+	// waits as Acquire does, then sends a first HoldResponse telling whether
+	// the lease was granted (when not, the stream ends OK). While held, it
+	// renews the lease as KeepAlive does and sends each renewed lease; the
+	// stream ends with NOT_FOUND as soon as the lease is lost. When the client
+	// closes the stream, the whole lease is released at once. With Hold, any
+	// gRPC stub (or grpcurl) is a complete lock client.
+	Hold(ctx context.Context, in *HoldRequest, opts ...grpc.CallOption) (grpc.ServerStreamingClient[HoldResponse], error)
 }
 
 type lockServiceClient struct {
@@ -131,6 +140,25 @@ func (c *lockServiceClient) KeepAlive(ctx context.Context, in *KeepAliveRequest,
 // This type alias is provided for backwards compatibility with existing code that references the prior non-generic stream type by name.
 type LockService_KeepAliveClient = grpc.ServerStreamingClient[KeepAliveResponse]
 
+func (c *lockServiceClient) Hold(ctx context.Context, in *HoldRequest, opts ...grpc.CallOption) (grpc.ServerStreamingClient[HoldResponse], error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	stream, err := c.cc.NewStream(ctx, &LockService_ServiceDesc.Streams[1], LockService_Hold_FullMethodName, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	x := &grpc.GenericClientStream[HoldRequest, HoldResponse]{ClientStream: stream}
+	if err := x.ClientStream.SendMsg(in); err != nil {
+		return nil, err
+	}
+	if err := x.ClientStream.CloseSend(); err != nil {
+		return nil, err
+	}
+	return x, nil
+}
+
+// This type alias is provided for backwards compatibility with existing code that references the prior non-generic stream type by name.
+type LockService_HoldClient = grpc.ServerStreamingClient[HoldResponse]
+
 // LockServiceServer is the server API for LockService service.
 // All implementations must embed UnimplementedLockServiceServer
 // for forward compatibility.
@@ -156,6 +184,14 @@ type LockServiceServer interface {
 	// stays open, and sends the lease after each renewal. The stream ends with
 	// NOT_FOUND as soon as the lease is lost.
 	KeepAlive(*KeepAliveRequest, grpc.ServerStreamingServer[KeepAliveResponse]) error
+	// Hold takes the key and keeps it for as long as the stream stays open: it
+	// waits as Acquire does, then sends a first HoldResponse telling whether
+	// the lease was granted (when not, the stream ends OK). While held, it
+	// renews the lease as KeepAlive does and sends each renewed lease; the
+	// stream ends with NOT_FOUND as soon as the lease is lost. When the client
+	// closes the stream, the whole lease is released at once. With Hold, any
+	// gRPC stub (or grpcurl) is a complete lock client.
+	Hold(*HoldRequest, grpc.ServerStreamingServer[HoldResponse]) error
 	mustEmbedUnimplementedLockServiceServer()
 }
 
@@ -183,6 +219,9 @@ func (UnimplementedLockServiceServer) Renew(context.Context, *RenewRequest) (*Re
 }
 func (UnimplementedLockServiceServer) KeepAlive(*KeepAliveRequest, grpc.ServerStreamingServer[KeepAliveResponse]) error {
 	return status.Error(codes.Unimplemented, "method KeepAlive not implemented")
+}
+func (UnimplementedLockServiceServer) Hold(*HoldRequest, grpc.ServerStreamingServer[HoldResponse]) error {
+	return status.Error(codes.Unimplemented, "method Hold not implemented")
 }
 func (UnimplementedLockServiceServer) mustEmbedUnimplementedLockServiceServer() {}
 func (UnimplementedLockServiceServer) testEmbeddedByValue()                     {}
@@ -306,6 +345,17 @@ func _LockService_KeepAlive_Handler(srv interface{}, stream grpc.ServerStream) e
 // This type alias is provided for backwards compatibility with existing code that references the prior non-generic stream type by name.
 type LockService_KeepAliveServer = grpc.ServerStreamingServer[KeepAliveResponse]
 
+func _LockService_Hold_Handler(srv interface{}, stream grpc.ServerStream) error {
+	m := new(HoldRequest)
+	if err := stream.RecvMsg(m); err != nil {
+		return err
+	}
+	return srv.(LockServiceServer).Hold(m, &grpc.GenericServerStream[HoldRequest, HoldResponse]{ServerStream: stream})
+}
+
+// This type alias is provided for backwards compatibility with existing code that references the prior non-generic stream type by name.
+type LockService_HoldServer = grpc.ServerStreamingServer[HoldResponse]
+
 // LockService_ServiceDesc is the grpc.ServiceDesc for LockService service.
 // It's only intended for direct use with grpc.RegisterService,
 // and not to be introspected or modified (even as a copy)
@@ -338,6 +388,11 @@ var LockService_ServiceDesc = grpc.ServiceDesc{
 		{
 			StreamName:    "KeepAlive",
 			Handler:       _LockService_KeepAlive_Handler,
+			ServerStreams: true,
+		},
+		{
+			StreamName:    "Hold",
+			Handler:       _LockService_Hold_Handler,
 			ServerStreams: true,
 		},
 	},

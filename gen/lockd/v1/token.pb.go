@@ -22,6 +22,64 @@ const (
 	_ = protoimpl.EnforceVersion(protoimpl.MaxVersion - 20)
 )
 
+// TicketType names a JS-SDK ticket.
+type TicketType int32
+
+const (
+	// TICKET_TYPE_UNSPECIFIED is not a ticket: INVALID_ARGUMENT.
+	TicketType_TICKET_TYPE_UNSPECIFIED TicketType = 0
+	// TICKET_TYPE_JSAPI is the jsapi_ticket that signs JS-SDK configurations
+	// (WeChat and WeCom; for WeCom, the corp's).
+	TicketType_TICKET_TYPE_JSAPI TicketType = 1
+	// TICKET_TYPE_WX_CARD is WeChat's card ticket.
+	TicketType_TICKET_TYPE_WX_CARD TicketType = 2
+	// TICKET_TYPE_AGENT_CONFIG is WeCom's app ticket for wx.agentConfig.
+	TicketType_TICKET_TYPE_AGENT_CONFIG TicketType = 3
+)
+
+// Enum value maps for TicketType.
+var (
+	TicketType_name = map[int32]string{
+		0: "TICKET_TYPE_UNSPECIFIED",
+		1: "TICKET_TYPE_JSAPI",
+		2: "TICKET_TYPE_WX_CARD",
+		3: "TICKET_TYPE_AGENT_CONFIG",
+	}
+	TicketType_value = map[string]int32{
+		"TICKET_TYPE_UNSPECIFIED":  0,
+		"TICKET_TYPE_JSAPI":        1,
+		"TICKET_TYPE_WX_CARD":      2,
+		"TICKET_TYPE_AGENT_CONFIG": 3,
+	}
+)
+
+func (x TicketType) Enum() *TicketType {
+	p := new(TicketType)
+	*p = x
+	return p
+}
+
+func (x TicketType) String() string {
+	return protoimpl.X.EnumStringOf(x.Descriptor(), protoreflect.EnumNumber(x))
+}
+
+func (TicketType) Descriptor() protoreflect.EnumDescriptor {
+	return file_lockd_v1_token_proto_enumTypes[0].Descriptor()
+}
+
+func (TicketType) Type() protoreflect.EnumType {
+	return &file_lockd_v1_token_proto_enumTypes[0]
+}
+
+func (x TicketType) Number() protoreflect.EnumNumber {
+	return protoreflect.EnumNumber(x)
+}
+
+// Deprecated: Use TicketType.Descriptor instead.
+func (TicketType) EnumDescriptor() ([]byte, []int) {
+	return file_lockd_v1_token_proto_rawDescGZIP(), []int{0}
+}
+
 // GetAccessTokenRequest names the app whose token is wanted.
 type GetAccessTokenRequest struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
@@ -233,6 +291,218 @@ func (x *RefreshAccessTokenResponse) GetExpireTime() *timestamppb.Timestamp {
 	return nil
 }
 
+// GetTicketRequest names the app and the ticket wanted.
+type GetTicketRequest struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// app is the app's name in lockd's configuration.
+	App string `protobuf:"bytes,1,opt,name=app,proto3" json:"app,omitempty"`
+	// type is the ticket wanted; it must be one the app's provider serves.
+	Type          TicketType `protobuf:"varint,2,opt,name=type,proto3,enum=lockd.v1.TicketType" json:"type,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *GetTicketRequest) Reset() {
+	*x = GetTicketRequest{}
+	mi := &file_lockd_v1_token_proto_msgTypes[4]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *GetTicketRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*GetTicketRequest) ProtoMessage() {}
+
+func (x *GetTicketRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_lockd_v1_token_proto_msgTypes[4]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use GetTicketRequest.ProtoReflect.Descriptor instead.
+func (*GetTicketRequest) Descriptor() ([]byte, []int) {
+	return file_lockd_v1_token_proto_rawDescGZIP(), []int{4}
+}
+
+func (x *GetTicketRequest) GetApp() string {
+	if x != nil {
+		return x.App
+	}
+	return ""
+}
+
+func (x *GetTicketRequest) GetType() TicketType {
+	if x != nil {
+		return x.Type
+	}
+	return TicketType_TICKET_TYPE_UNSPECIFIED
+}
+
+// GetTicketResponse carries the ticket.
+type GetTicketResponse struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// ticket is the ticket to sign JS-SDK configurations with.
+	Ticket string `protobuf:"bytes,1,opt,name=ticket,proto3" json:"ticket,omitempty"`
+	// expire_time is when the upstream stops accepting the ticket.
+	ExpireTime    *timestamppb.Timestamp `protobuf:"bytes,2,opt,name=expire_time,json=expireTime,proto3" json:"expire_time,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *GetTicketResponse) Reset() {
+	*x = GetTicketResponse{}
+	mi := &file_lockd_v1_token_proto_msgTypes[5]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *GetTicketResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*GetTicketResponse) ProtoMessage() {}
+
+func (x *GetTicketResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_lockd_v1_token_proto_msgTypes[5]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use GetTicketResponse.ProtoReflect.Descriptor instead.
+func (*GetTicketResponse) Descriptor() ([]byte, []int) {
+	return file_lockd_v1_token_proto_rawDescGZIP(), []int{5}
+}
+
+func (x *GetTicketResponse) GetTicket() string {
+	if x != nil {
+		return x.Ticket
+	}
+	return ""
+}
+
+func (x *GetTicketResponse) GetExpireTime() *timestamppb.Timestamp {
+	if x != nil {
+		return x.ExpireTime
+	}
+	return nil
+}
+
+// WatchAccessTokenRequest names the app whose tokens are wanted.
+type WatchAccessTokenRequest struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// app is the app's name in lockd's configuration.
+	App           string `protobuf:"bytes,1,opt,name=app,proto3" json:"app,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *WatchAccessTokenRequest) Reset() {
+	*x = WatchAccessTokenRequest{}
+	mi := &file_lockd_v1_token_proto_msgTypes[6]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *WatchAccessTokenRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*WatchAccessTokenRequest) ProtoMessage() {}
+
+func (x *WatchAccessTokenRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_lockd_v1_token_proto_msgTypes[6]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use WatchAccessTokenRequest.ProtoReflect.Descriptor instead.
+func (*WatchAccessTokenRequest) Descriptor() ([]byte, []int) {
+	return file_lockd_v1_token_proto_rawDescGZIP(), []int{6}
+}
+
+func (x *WatchAccessTokenRequest) GetApp() string {
+	if x != nil {
+		return x.App
+	}
+	return ""
+}
+
+// WatchAccessTokenResponse carries the app's current token: the first at
+// once, then each new one.
+type WatchAccessTokenResponse struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// access_token is the token to send to the upstream API.
+	AccessToken string `protobuf:"bytes,1,opt,name=access_token,json=accessToken,proto3" json:"access_token,omitempty"`
+	// expire_time is when the upstream stops accepting the token.
+	ExpireTime    *timestamppb.Timestamp `protobuf:"bytes,2,opt,name=expire_time,json=expireTime,proto3" json:"expire_time,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *WatchAccessTokenResponse) Reset() {
+	*x = WatchAccessTokenResponse{}
+	mi := &file_lockd_v1_token_proto_msgTypes[7]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *WatchAccessTokenResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*WatchAccessTokenResponse) ProtoMessage() {}
+
+func (x *WatchAccessTokenResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_lockd_v1_token_proto_msgTypes[7]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use WatchAccessTokenResponse.ProtoReflect.Descriptor instead.
+func (*WatchAccessTokenResponse) Descriptor() ([]byte, []int) {
+	return file_lockd_v1_token_proto_rawDescGZIP(), []int{7}
+}
+
+func (x *WatchAccessTokenResponse) GetAccessToken() string {
+	if x != nil {
+		return x.AccessToken
+	}
+	return ""
+}
+
+func (x *WatchAccessTokenResponse) GetExpireTime() *timestamppb.Timestamp {
+	if x != nil {
+		return x.ExpireTime
+	}
+	return nil
+}
+
 var File_lockd_v1_token_proto protoreflect.FileDescriptor
 
 const file_lockd_v1_token_proto_rawDesc = "" +
@@ -250,10 +520,31 @@ const file_lockd_v1_token_proto_rawDesc = "" +
 	"\x1aRefreshAccessTokenResponse\x12!\n" +
 	"\faccess_token\x18\x01 \x01(\tR\vaccessToken\x12;\n" +
 	"\vexpire_time\x18\x02 \x01(\v2\x1a.google.protobuf.TimestampR\n" +
-	"expireTime2\xc4\x01\n" +
+	"expireTime\"N\n" +
+	"\x10GetTicketRequest\x12\x10\n" +
+	"\x03app\x18\x01 \x01(\tR\x03app\x12(\n" +
+	"\x04type\x18\x02 \x01(\x0e2\x14.lockd.v1.TicketTypeR\x04type\"h\n" +
+	"\x11GetTicketResponse\x12\x16\n" +
+	"\x06ticket\x18\x01 \x01(\tR\x06ticket\x12;\n" +
+	"\vexpire_time\x18\x02 \x01(\v2\x1a.google.protobuf.TimestampR\n" +
+	"expireTime\"+\n" +
+	"\x17WatchAccessTokenRequest\x12\x10\n" +
+	"\x03app\x18\x01 \x01(\tR\x03app\"z\n" +
+	"\x18WatchAccessTokenResponse\x12!\n" +
+	"\faccess_token\x18\x01 \x01(\tR\vaccessToken\x12;\n" +
+	"\vexpire_time\x18\x02 \x01(\v2\x1a.google.protobuf.TimestampR\n" +
+	"expireTime*w\n" +
+	"\n" +
+	"TicketType\x12\x1b\n" +
+	"\x17TICKET_TYPE_UNSPECIFIED\x10\x00\x12\x15\n" +
+	"\x11TICKET_TYPE_JSAPI\x10\x01\x12\x17\n" +
+	"\x13TICKET_TYPE_WX_CARD\x10\x02\x12\x1c\n" +
+	"\x18TICKET_TYPE_AGENT_CONFIG\x10\x032\xe7\x02\n" +
 	"\fTokenService\x12S\n" +
 	"\x0eGetAccessToken\x12\x1f.lockd.v1.GetAccessTokenRequest\x1a .lockd.v1.GetAccessTokenResponse\x12_\n" +
-	"\x12RefreshAccessToken\x12#.lockd.v1.RefreshAccessTokenRequest\x1a$.lockd.v1.RefreshAccessTokenResponseB<\n" +
+	"\x12RefreshAccessToken\x12#.lockd.v1.RefreshAccessTokenRequest\x1a$.lockd.v1.RefreshAccessTokenResponse\x12D\n" +
+	"\tGetTicket\x12\x1a.lockd.v1.GetTicketRequest\x1a\x1b.lockd.v1.GetTicketResponse\x12[\n" +
+	"\x10WatchAccessToken\x12!.lockd.v1.WatchAccessTokenRequest\x1a\".lockd.v1.WatchAccessTokenResponse0\x01B<\n" +
 	"\vio.lockd.v1P\x01Z+github.com/lockd/lockd/gen/lockd/v1;lockdv1b\x06proto3"
 
 var (
@@ -268,26 +559,39 @@ func file_lockd_v1_token_proto_rawDescGZIP() []byte {
 	return file_lockd_v1_token_proto_rawDescData
 }
 
-var file_lockd_v1_token_proto_msgTypes = make([]protoimpl.MessageInfo, 4)
+var file_lockd_v1_token_proto_enumTypes = make([]protoimpl.EnumInfo, 1)
+var file_lockd_v1_token_proto_msgTypes = make([]protoimpl.MessageInfo, 8)
 var file_lockd_v1_token_proto_goTypes = []any{
-	(*GetAccessTokenRequest)(nil),      // 0: lockd.v1.GetAccessTokenRequest
-	(*GetAccessTokenResponse)(nil),     // 1: lockd.v1.GetAccessTokenResponse
-	(*RefreshAccessTokenRequest)(nil),  // 2: lockd.v1.RefreshAccessTokenRequest
-	(*RefreshAccessTokenResponse)(nil), // 3: lockd.v1.RefreshAccessTokenResponse
-	(*timestamppb.Timestamp)(nil),      // 4: google.protobuf.Timestamp
+	(TicketType)(0),                    // 0: lockd.v1.TicketType
+	(*GetAccessTokenRequest)(nil),      // 1: lockd.v1.GetAccessTokenRequest
+	(*GetAccessTokenResponse)(nil),     // 2: lockd.v1.GetAccessTokenResponse
+	(*RefreshAccessTokenRequest)(nil),  // 3: lockd.v1.RefreshAccessTokenRequest
+	(*RefreshAccessTokenResponse)(nil), // 4: lockd.v1.RefreshAccessTokenResponse
+	(*GetTicketRequest)(nil),           // 5: lockd.v1.GetTicketRequest
+	(*GetTicketResponse)(nil),          // 6: lockd.v1.GetTicketResponse
+	(*WatchAccessTokenRequest)(nil),    // 7: lockd.v1.WatchAccessTokenRequest
+	(*WatchAccessTokenResponse)(nil),   // 8: lockd.v1.WatchAccessTokenResponse
+	(*timestamppb.Timestamp)(nil),      // 9: google.protobuf.Timestamp
 }
 var file_lockd_v1_token_proto_depIdxs = []int32{
-	4, // 0: lockd.v1.GetAccessTokenResponse.expire_time:type_name -> google.protobuf.Timestamp
-	4, // 1: lockd.v1.RefreshAccessTokenResponse.expire_time:type_name -> google.protobuf.Timestamp
-	0, // 2: lockd.v1.TokenService.GetAccessToken:input_type -> lockd.v1.GetAccessTokenRequest
-	2, // 3: lockd.v1.TokenService.RefreshAccessToken:input_type -> lockd.v1.RefreshAccessTokenRequest
-	1, // 4: lockd.v1.TokenService.GetAccessToken:output_type -> lockd.v1.GetAccessTokenResponse
-	3, // 5: lockd.v1.TokenService.RefreshAccessToken:output_type -> lockd.v1.RefreshAccessTokenResponse
-	4, // [4:6] is the sub-list for method output_type
-	2, // [2:4] is the sub-list for method input_type
-	2, // [2:2] is the sub-list for extension type_name
-	2, // [2:2] is the sub-list for extension extendee
-	0, // [0:2] is the sub-list for field type_name
+	9, // 0: lockd.v1.GetAccessTokenResponse.expire_time:type_name -> google.protobuf.Timestamp
+	9, // 1: lockd.v1.RefreshAccessTokenResponse.expire_time:type_name -> google.protobuf.Timestamp
+	0, // 2: lockd.v1.GetTicketRequest.type:type_name -> lockd.v1.TicketType
+	9, // 3: lockd.v1.GetTicketResponse.expire_time:type_name -> google.protobuf.Timestamp
+	9, // 4: lockd.v1.WatchAccessTokenResponse.expire_time:type_name -> google.protobuf.Timestamp
+	1, // 5: lockd.v1.TokenService.GetAccessToken:input_type -> lockd.v1.GetAccessTokenRequest
+	3, // 6: lockd.v1.TokenService.RefreshAccessToken:input_type -> lockd.v1.RefreshAccessTokenRequest
+	5, // 7: lockd.v1.TokenService.GetTicket:input_type -> lockd.v1.GetTicketRequest
+	7, // 8: lockd.v1.TokenService.WatchAccessToken:input_type -> lockd.v1.WatchAccessTokenRequest
+	2, // 9: lockd.v1.TokenService.GetAccessToken:output_type -> lockd.v1.GetAccessTokenResponse
+	4, // 10: lockd.v1.TokenService.RefreshAccessToken:output_type -> lockd.v1.RefreshAccessTokenResponse
+	6, // 11: lockd.v1.TokenService.GetTicket:output_type -> lockd.v1.GetTicketResponse
+	8, // 12: lockd.v1.TokenService.WatchAccessToken:output_type -> lockd.v1.WatchAccessTokenResponse
+	9, // [9:13] is the sub-list for method output_type
+	5, // [5:9] is the sub-list for method input_type
+	5, // [5:5] is the sub-list for extension type_name
+	5, // [5:5] is the sub-list for extension extendee
+	0, // [0:5] is the sub-list for field type_name
 }
 
 func init() { file_lockd_v1_token_proto_init() }
@@ -300,13 +604,14 @@ func file_lockd_v1_token_proto_init() {
 		File: protoimpl.DescBuilder{
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_lockd_v1_token_proto_rawDesc), len(file_lockd_v1_token_proto_rawDesc)),
-			NumEnums:      0,
-			NumMessages:   4,
+			NumEnums:      1,
+			NumMessages:   8,
 			NumExtensions: 0,
 			NumServices:   1,
 		},
 		GoTypes:           file_lockd_v1_token_proto_goTypes,
 		DependencyIndexes: file_lockd_v1_token_proto_depIdxs,
+		EnumInfos:         file_lockd_v1_token_proto_enumTypes,
 		MessageInfos:      file_lockd_v1_token_proto_msgTypes,
 	}.Build()
 	File_lockd_v1_token_proto = out.File

@@ -21,6 +21,8 @@ const _ = grpc.SupportPackageIsVersion9
 const (
 	TokenService_GetAccessToken_FullMethodName     = "/lockd.v1.TokenService/GetAccessToken"
 	TokenService_RefreshAccessToken_FullMethodName = "/lockd.v1.TokenService/RefreshAccessToken"
+	TokenService_GetTicket_FullMethodName          = "/lockd.v1.TokenService/GetTicket"
+	TokenService_WatchAccessToken_FullMethodName   = "/lockd.v1.TokenService/WatchAccessToken"
 )
 
 // TokenServiceClient is the client API for TokenService service.
@@ -28,15 +30,27 @@ const (
 // For semantics around ctx use and closing/ending streaming RPCs, please refer to https://pkg.go.dev/google.golang.org/grpc/?tab=doc#ClientConn.NewStream.
 //
 // TokenService serves one fleet-wide WeChat (or WeCom) access_token per
-// configured app, cached in Redis and minted by exactly one caller at a time.
+// configured app, and the app's JS-SDK tickets, cached in Redis and minted by
+// exactly one caller at a time.
 type TokenServiceClient interface {
 	// GetAccessToken returns the app's cached token, minting a new one when it
 	// is missing or about to expire.
 	GetAccessToken(ctx context.Context, in *GetAccessTokenRequest, opts ...grpc.CallOption) (*GetAccessTokenResponse, error)
 	// RefreshAccessToken reports a token that the upstream rejected (errcode
-	// 40001 or 42001). When the cache already holds another token it is
-	// returned as is; otherwise one new token is minted for all reporters.
+	// 40001 or 42001; WeCom 40014 or 42001). When the cache already holds
+	// another token it is returned as is. Otherwise lockd checks the report
+	// with the upstream: a token the upstream still accepts is returned as is,
+	// a refused one is replaced once for all reporters. Reports that may mint
+	// are limited per client and per app (RESOURCE_EXHAUSTED).
 	RefreshAccessToken(ctx context.Context, in *RefreshAccessTokenRequest, opts ...grpc.CallOption) (*RefreshAccessTokenResponse, error)
+	// GetTicket returns one of the app's JS-SDK tickets (WeChat: jsapi and
+	// wx_card; WeCom: jsapi and agent_config), fetched with the app's token,
+	// cached and renewed like it.
+	GetTicket(ctx context.Context, in *GetTicketRequest, opts ...grpc.CallOption) (*GetTicketResponse, error)
+	// WatchAccessToken sends the app's current token at once, then every new
+	// token as soon as any replica stores it, for as long as the stream is
+	// open, so that apps never poll.
+	WatchAccessToken(ctx context.Context, in *WatchAccessTokenRequest, opts ...grpc.CallOption) (grpc.ServerStreamingClient[WatchAccessTokenResponse], error)
 }
 
 type tokenServiceClient struct {
@@ -67,20 +81,61 @@ func (c *tokenServiceClient) RefreshAccessToken(ctx context.Context, in *Refresh
 	return out, nil
 }
 
+func (c *tokenServiceClient) GetTicket(ctx context.Context, in *GetTicketRequest, opts ...grpc.CallOption) (*GetTicketResponse, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(GetTicketResponse)
+	err := c.cc.Invoke(ctx, TokenService_GetTicket_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
+func (c *tokenServiceClient) WatchAccessToken(ctx context.Context, in *WatchAccessTokenRequest, opts ...grpc.CallOption) (grpc.ServerStreamingClient[WatchAccessTokenResponse], error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	stream, err := c.cc.NewStream(ctx, &TokenService_ServiceDesc.Streams[0], TokenService_WatchAccessToken_FullMethodName, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	x := &grpc.GenericClientStream[WatchAccessTokenRequest, WatchAccessTokenResponse]{ClientStream: stream}
+	if err := x.ClientStream.SendMsg(in); err != nil {
+		return nil, err
+	}
+	if err := x.ClientStream.CloseSend(); err != nil {
+		return nil, err
+	}
+	return x, nil
+}
+
+// This type alias is provided for backwards compatibility with existing code that references the prior non-generic stream type by name.
+type TokenService_WatchAccessTokenClient = grpc.ServerStreamingClient[WatchAccessTokenResponse]
+
 // TokenServiceServer is the server API for TokenService service.
 // All implementations must embed UnimplementedTokenServiceServer
 // for forward compatibility.
 //
 // TokenService serves one fleet-wide WeChat (or WeCom) access_token per
-// configured app, cached in Redis and minted by exactly one caller at a time.
+// configured app, and the app's JS-SDK tickets, cached in Redis and minted by
+// exactly one caller at a time.
 type TokenServiceServer interface {
 	// GetAccessToken returns the app's cached token, minting a new one when it
 	// is missing or about to expire.
 	GetAccessToken(context.Context, *GetAccessTokenRequest) (*GetAccessTokenResponse, error)
 	// RefreshAccessToken reports a token that the upstream rejected (errcode
-	// 40001 or 42001). When the cache already holds another token it is
-	// returned as is; otherwise one new token is minted for all reporters.
+	// 40001 or 42001; WeCom 40014 or 42001). When the cache already holds
+	// another token it is returned as is. Otherwise lockd checks the report
+	// with the upstream: a token the upstream still accepts is returned as is,
+	// a refused one is replaced once for all reporters. Reports that may mint
+	// are limited per client and per app (RESOURCE_EXHAUSTED).
 	RefreshAccessToken(context.Context, *RefreshAccessTokenRequest) (*RefreshAccessTokenResponse, error)
+	// GetTicket returns one of the app's JS-SDK tickets (WeChat: jsapi and
+	// wx_card; WeCom: jsapi and agent_config), fetched with the app's token,
+	// cached and renewed like it.
+	GetTicket(context.Context, *GetTicketRequest) (*GetTicketResponse, error)
+	// WatchAccessToken sends the app's current token at once, then every new
+	// token as soon as any replica stores it, for as long as the stream is
+	// open, so that apps never poll.
+	WatchAccessToken(*WatchAccessTokenRequest, grpc.ServerStreamingServer[WatchAccessTokenResponse]) error
 	mustEmbedUnimplementedTokenServiceServer()
 }
 
@@ -96,6 +151,12 @@ func (UnimplementedTokenServiceServer) GetAccessToken(context.Context, *GetAcces
 }
 func (UnimplementedTokenServiceServer) RefreshAccessToken(context.Context, *RefreshAccessTokenRequest) (*RefreshAccessTokenResponse, error) {
 	return nil, status.Error(codes.Unimplemented, "method RefreshAccessToken not implemented")
+}
+func (UnimplementedTokenServiceServer) GetTicket(context.Context, *GetTicketRequest) (*GetTicketResponse, error) {
+	return nil, status.Error(codes.Unimplemented, "method GetTicket not implemented")
+}
+func (UnimplementedTokenServiceServer) WatchAccessToken(*WatchAccessTokenRequest, grpc.ServerStreamingServer[WatchAccessTokenResponse]) error {
+	return status.Error(codes.Unimplemented, "method WatchAccessToken not implemented")
 }
 func (UnimplementedTokenServiceServer) mustEmbedUnimplementedTokenServiceServer() {}
 func (UnimplementedTokenServiceServer) testEmbeddedByValue()                      {}
@@ -154,6 +215,35 @@ func _TokenService_RefreshAccessToken_Handler(srv interface{}, ctx context.Conte
 	return interceptor(ctx, in, info, handler)
 }
 
+func _TokenService_GetTicket_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(GetTicketRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(TokenServiceServer).GetTicket(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: TokenService_GetTicket_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(TokenServiceServer).GetTicket(ctx, req.(*GetTicketRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
+func _TokenService_WatchAccessToken_Handler(srv interface{}, stream grpc.ServerStream) error {
+	m := new(WatchAccessTokenRequest)
+	if err := stream.RecvMsg(m); err != nil {
+		return err
+	}
+	return srv.(TokenServiceServer).WatchAccessToken(m, &grpc.GenericServerStream[WatchAccessTokenRequest, WatchAccessTokenResponse]{ServerStream: stream})
+}
+
+// This type alias is provided for backwards compatibility with existing code that references the prior non-generic stream type by name.
+type TokenService_WatchAccessTokenServer = grpc.ServerStreamingServer[WatchAccessTokenResponse]
+
 // TokenService_ServiceDesc is the grpc.ServiceDesc for TokenService service.
 // It's only intended for direct use with grpc.RegisterService,
 // and not to be introspected or modified (even as a copy)
@@ -169,7 +259,17 @@ var TokenService_ServiceDesc = grpc.ServiceDesc{
 			MethodName: "RefreshAccessToken",
 			Handler:    _TokenService_RefreshAccessToken_Handler,
 		},
+		{
+			MethodName: "GetTicket",
+			Handler:    _TokenService_GetTicket_Handler,
+		},
 	},
-	Streams:  []grpc.StreamDesc{},
+	Streams: []grpc.StreamDesc{
+		{
+			StreamName:    "WatchAccessToken",
+			Handler:       _TokenService_WatchAccessToken_Handler,
+			ServerStreams: true,
+		},
+	},
 	Metadata: "lockd/v1/token.proto",
 }

@@ -1,18 +1,31 @@
 // Package wechatfake is a fake of the WeChat and WeCom token endpoints for
 // tests and local trials. It mints tokens the way the real services do,
-// with their windows and limits on an injectable clock, checks tokens on a
-// validation endpoint, counts mints, and fails on demand.
+// with their windows and limits on an injectable clock, checks tokens on
+// validation endpoints, serves JS-SDK tickets, counts every call per
+// endpoint, and fails on demand.
 //
 // Endpoints:
 //
 //	GET  /cgi-bin/token?grant_type=client_credential&appid=&secret=   WeChat classic
 //	POST /cgi-bin/stable_token {grant_type, appid, secret, force_refresh}  WeChat stable
 //	GET  /cgi-bin/gettoken?corpid=&corpsecret=                         WeCom
-//	GET  /cgi-bin/get_api_domain_ip?access_token=                      validation
+//	GET  /cgi-bin/getcallbackip?access_token=                          validation (both)
+//	GET  /cgi-bin/get_api_domain_ip?access_token=                      validation (both)
+//	GET  /cgi-bin/ticket/getticket?access_token=&type=jsapi|wx_card    WeChat tickets
+//	GET  /cgi-bin/get_jsapi_ticket?access_token=                       WeCom jsapi ticket
+//	GET  /cgi-bin/ticket/get?access_token=&type=agent_config           WeCom agent_config ticket
 //
-// The validation endpoint answers errcode 0 for a valid token, 42001 for a
+// The classic API mints a new token on every call (the previous one lives
+// on for ClassicGrace); the stable API in normal mode, WeCom and the ticket
+// endpoints hand out the same value until it expires (stable: until its
+// last StableLastWindow), announcing the life left in whole seconds,
+// rounded as Options.Rounding says: rounded down, the last second of a
+// token is announced as expires_in 0.
+//
+// The validation endpoints answer errcode 0 for a valid token, 42001 for a
 // token that reached its expires_in, and 40001 (WeCom: 40014) for a token the
-// fake never issued or ended early (superseded, forced, revoked).
+// fake never issued, ended early (superseded, forced, revoked) or was told
+// to Reject.
 package wechatfake
 
 import (
@@ -58,6 +71,11 @@ type Options struct {
 	DailyQuota int
 	// StableDailyQuota is DailyQuota for the stable API (default 500000).
 	StableDailyQuota int
+	// Rounding is how the life left of a token or ticket handed out again
+	// is announced in whole seconds: RoundDown (the default; the last
+	// second is expires_in 0) or RoundUp (the announced life may run out
+	// up to a second early). A new token always announces ExpiresIn.
+	Rounding Rounding
 	// Now is the clock of every window and quota (default time.Now). Days
 	// turn at midnight Beijing time, as WeChat's quotas do.
 	Now func() time.Time
@@ -92,6 +110,28 @@ func (o Options) withDefaults() Options {
 	return o
 }
 
+// Rounding is how a remaining lifetime becomes whole seconds of expires_in.
+type Rounding int
+
+// The roundings of Options.Rounding.
+const (
+	// RoundDown truncates: 1.9 s left is expires_in 1, 0.9 s is 0.
+	RoundDown Rounding = iota
+	// RoundUp rounds up: 0.1 s left is expires_in 1.
+	RoundUp
+)
+
+// seconds announces d as whole seconds, rounded as r says.
+func (r Rounding) seconds(d time.Duration) int64 {
+	if d <= 0 {
+		return 0
+	}
+	if r == RoundUp {
+		return int64((d + time.Second - 1) / time.Second)
+	}
+	return int64(d / time.Second)
+}
+
 // Server is the fake upstream; it is an http.Handler and safe for
 // concurrent use.
 type Server struct {
@@ -99,16 +139,20 @@ type Server struct {
 	ts   *httptest.Server
 	mux  *http.ServeMux
 
-	mu      sync.Mutex
-	apps    map[string]*account // WeChat, by appid
-	corps   map[string]*account // WeCom, by corpid
-	tokens  map[string]*token
-	faults  []fault
-	latency time.Duration
-	mints   map[string]int
-	issued  map[string]int
-	total   int
-	seq     int
+	mu         sync.Mutex
+	apps       map[string]*account // WeChat, by appid
+	corps      map[string]*account // WeCom, by corpid
+	tokens     map[string]*token
+	tickets    map[string]*token
+	faults     []fault            // for the token endpoints
+	pathFaults map[string][]fault // for one path
+	latency    time.Duration
+	mints      map[string]int
+	issued     map[string]int
+	forces     map[string]int
+	calls      map[string]int // by path
+	total      int
+	seq        int
 }
 
 type account struct {
@@ -116,10 +160,11 @@ type account struct {
 	wecom          bool
 	secret         string
 	notWhitelisted bool
-	current        map[api]*token // latest token per API
-	day            string         // Beijing date the counters below belong to
-	used           map[api]int    // tokens handed out today
-	forces         int            // force_refresh calls today
+	current        map[api]*token    // latest token per API
+	tickets        map[string]*token // current ticket per type
+	day            string            // Beijing date the counters below belong to
+	used           map[api]int       // tokens handed out today
+	forces         int               // force_refresh calls today
 	lastForce      time.Time
 }
 
@@ -137,6 +182,9 @@ type token struct {
 	wecom   bool
 	expires time.Time
 	early   bool // ended before its lifetime: superseded, forced or revoked
+	// rejected: refused by the validation and ticket endpoints, though
+	// the token endpoints may still hand it out (Reject).
+	rejected bool
 }
 
 type fault struct{ errcode, status int }
@@ -152,13 +200,17 @@ func New(opts Options) *Server {
 // http.Server or httptest.Server. Its URL is empty.
 func NewHandler(opts Options) *Server {
 	s := &Server{
-		opts:   opts.withDefaults(),
-		apps:   map[string]*account{},
-		corps:  map[string]*account{},
-		tokens: map[string]*token{},
-		mints:  map[string]int{},
-		issued: map[string]int{},
-		mux:    http.NewServeMux(),
+		opts:       opts.withDefaults(),
+		apps:       map[string]*account{},
+		corps:      map[string]*account{},
+		tokens:     map[string]*token{},
+		tickets:    map[string]*token{},
+		pathFaults: map[string][]fault{},
+		mints:      map[string]int{},
+		issued:     map[string]int{},
+		forces:     map[string]int{},
+		calls:      map[string]int{},
+		mux:        http.NewServeMux(),
 	}
 	for id, secret := range opts.Apps {
 		s.AddApp(id, secret)
@@ -173,6 +225,10 @@ func NewHandler(opts Options) *Server {
 	s.mux.HandleFunc("/cgi-bin/stable_token", s.stable)
 	s.mux.HandleFunc("/cgi-bin/gettoken", s.wecom)
 	s.mux.HandleFunc("/cgi-bin/get_api_domain_ip", s.validate)
+	s.mux.HandleFunc("/cgi-bin/getcallbackip", s.validate)
+	s.mux.HandleFunc("/cgi-bin/ticket/getticket", s.wechatTicket)
+	s.mux.HandleFunc("/cgi-bin/get_jsapi_ticket", s.wecomJSAPITicket)
+	s.mux.HandleFunc("/cgi-bin/ticket/get", s.wecomTicket)
 	return s
 }
 
@@ -191,7 +247,7 @@ func (s *Server) Close() {
 	}
 }
 
-// ServeHTTP serves the four endpoints.
+// ServeHTTP serves the endpoints.
 func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) { s.mux.ServeHTTP(w, r) }
 
 // AddApp registers a WeChat app, or changes its secret.
@@ -207,103 +263,14 @@ func (s *Server) add(m map[string]*account, id, secret string, wecom bool) {
 		a.secret = secret
 		return
 	}
-	m[id] = &account{id: id, wecom: wecom, secret: secret, current: map[api]*token{}, used: map[api]int{}}
-}
-
-// SetWhitelisted sets whether calls for an appid or corpid come from a
-// whitelisted IP; when not, correct calls get 40164 (WeCom 60020).
-func (s *Server) SetWhitelisted(id string, ok bool) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	for _, m := range []map[string]*account{s.apps, s.corps} {
-		if a := m[id]; a != nil {
-			a.notWhitelisted = !ok
-		}
-	}
-}
-
-// FailNext makes the next n token requests, of any app, answer errcode.
-// Injected failures queue behind earlier ones.
-func (s *Server) FailNext(n, errcode int) { s.inject(n, fault{errcode: errcode}) }
-
-// FailHTTPNext makes the next n token requests answer HTTP status (e.g. 502)
-// with a non-JSON body.
-func (s *Server) FailHTTPNext(n, status int) { s.inject(n, fault{status: status}) }
-
-func (s *Server) inject(n int, f fault) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	for range n {
-		s.faults = append(s.faults, f)
-	}
-}
-
-// SetLatency delays every later token request by d of real time (not the
-// injected clock), or until the client gives up.
-func (s *Server) SetLatency(d time.Duration) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	s.latency = d
-}
-
-// Mints returns how many token requests named the appid or corpid id,
-// whatever their outcome: what the upstream's own call counter would show.
-func (s *Server) Mints(id string) int {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.mints[id]
-}
-
-// TotalMints returns how many token requests the Server received.
-func (s *Server) TotalMints() int {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.total
-}
-
-// Issued returns how many distinct tokens were minted for id; the stable API
-// and WeCom hand out the same token again without minting.
-func (s *Server) Issued(id string) int {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.issued[id]
-}
-
-// Valid reports whether the validation endpoint would accept tok now.
-func (s *Server) Valid(tok string) bool {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.check(tok) == 0
-}
-
-// RevokeTokens ends every token of the appid or corpid id at once, as the
-// upstream may do on its own; the next mint returns a new one.
-func (s *Server) RevokeTokens(id string) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	now := s.opts.Now()
-	for _, t := range s.tokens {
-		if t.owner == id {
-			t.end(now)
-		}
-	}
-	for _, m := range []map[string]*account{s.apps, s.corps} {
-		if a := m[id]; a != nil {
-			clear(a.current)
-		}
-	}
-}
-
-func (t *token) end(now time.Time) {
-	if now.Before(t.expires) {
-		t.expires, t.early = now, true
-	}
+	m[id] = &account{id: id, wecom: wecom, secret: secret, current: map[api]*token{}, tickets: map[string]*token{}, used: map[api]int{}}
 }
 
 // errmsgs holds the real services' messages for the errcodes the fake uses.
 var errmsgs = map[int]string{
 	-1:    "system error",
 	40001: "invalid credential, access_token is invalid or not latest",
+	40097: "invalid args",
 	40002: "invalid grant_type",
 	40013: "invalid appid",
 	40014: "invalid access_token",
@@ -318,6 +285,7 @@ var errmsgs = map[int]string{
 	45009: "reach max api daily quota limit",
 	45011: "api minute-quota reach limit  mustslower  retry next minute",
 	47001: "data format error",
+	50002: "user limited",
 	60020: "not allow to access from your ip",
 }
 
@@ -343,8 +311,21 @@ func (s *Server) begin(w http.ResponseWriter, r *http.Request, id string) bool {
 		s.mints[id]++
 	}
 	delay := s.latency
+	s.mu.Unlock()
+	return s.answerFault(w, r, true, delay)
+}
+
+// answerFault counts a call of r's path, waits delay and answers an
+// injected fault for the path (or, for token endpoints, for every token
+// endpoint); it reports whether the request was answered.
+func (s *Server) answerFault(w http.ResponseWriter, r *http.Request, tokenEndpoint bool, delay time.Duration) bool {
+	s.mu.Lock()
+	s.calls[r.URL.Path]++
 	var f *fault
-	if len(s.faults) > 0 {
+	if q := s.pathFaults[r.URL.Path]; len(q) > 0 {
+		f = &q[0]
+		s.pathFaults[r.URL.Path] = q[1:]
+	} else if tokenEndpoint && len(s.faults) > 0 {
 		f = &s.faults[0]
 		s.faults = s.faults[1:]
 	}
@@ -493,6 +474,7 @@ func (s *Server) mint(a *account, which api, force bool) (map[string]any, int) {
 		}
 		a.forces++
 		a.lastForce = now
+		s.forces[a.id]++
 	}
 	a.used[which]++
 	reuse := cur != nil && !force
@@ -503,8 +485,7 @@ func (s *Server) mint(a *account, which api, force bool) (map[string]any, int) {
 		reuse = reuse && cur.expires.Sub(now) > s.opts.StableLastWindow
 	}
 	if reuse {
-		left := max(cur.expires.Sub(now)/time.Second, 1)
-		return map[string]any{"access_token": cur.value, "expires_in": int64(left)}, 0
+		return map[string]any{"access_token": cur.value, "expires_in": s.opts.Rounding.seconds(cur.expires.Sub(now))}, 0
 	}
 	if cur != nil {
 		switch {
@@ -532,38 +513,6 @@ func (s *Server) newToken(a *account, which api, now time.Time) *token {
 	s.tokens[t.value] = t
 	s.issued[a.id]++
 	return t
-}
-
-func (s *Server) validate(w http.ResponseWriter, r *http.Request) {
-	tok := r.URL.Query().Get("access_token")
-	s.mu.Lock()
-	code := s.check(tok)
-	s.mu.Unlock()
-	if code != 0 {
-		replyErr(w, code)
-		return
-	}
-	reply(w, map[string]any{"errcode": 0, "errmsg": "ok", "ip_list": []string{"127.0.0.1"}})
-}
-
-// check returns the validation errcode of tok, under s.mu.
-func (s *Server) check(tok string) int {
-	if tok == "" {
-		return 41001
-	}
-	t := s.tokens[tok]
-	switch {
-	case t == nil:
-		return 40001
-	case s.opts.Now().Before(t.expires):
-		return 0
-	case !t.early:
-		return 42001
-	case t.wecom:
-		return 40014
-	default:
-		return 40001
-	}
 }
 
 var beijing = time.FixedZone("CST", 8*3600)

@@ -10,29 +10,14 @@ import (
 	"sync"
 	"testing"
 	"time"
+
+	"github.com/lockd/lockd/internal/testclock"
 )
 
-// clock is a manual clock for Options.Now.
-type clock struct {
-	mu sync.Mutex
-	t  time.Time
-}
-
-func newClock() *clock {
-	// 10:00 in Beijing, far from the day's turn.
-	return &clock{t: time.Date(2026, 3, 1, 2, 0, 0, 0, time.UTC)}
-}
-
-func (c *clock) Now() time.Time {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	return c.t
-}
-
-func (c *clock) Advance(d time.Duration) {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	c.t = c.t.Add(d)
+// newClock returns a manual clock for Options.Now at 10:00 in Beijing, far
+// from the day's turn.
+func newClock() *testclock.Clock {
+	return testclock.New(time.Date(2026, 3, 1, 2, 0, 0, 0, time.UTC))
 }
 
 type answer struct {
@@ -104,7 +89,7 @@ func mustToken(t *testing.T, a answer) string {
 	return a.AccessToken
 }
 
-func fixture(opts Options) (*Server, *clock) {
+func fixture(opts Options) (*Server, *testclock.Clock) {
 	c := newClock()
 	opts.Apps = map[string]string{"wxapp": "appsecret"}
 	opts.Corps = map[string]string{"wwcorp": "corpsecret"}

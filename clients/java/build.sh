@@ -1,0 +1,67 @@
+#!/usr/bin/env bash
+# Builds lockd's Java client with javac against Debian's jars in /usr/share/java
+# and runs its JUnit tests. See README.md for why there is no Maven here.
+#
+#   ./build.sh jar    generate stubs from ../../proto, compile, write build/lockd-client.jar
+#   ./build.sh test   the jar, then the tests against real lockd and redis-server processes
+#                     (LOCKD_BIN and WECHAT_FAKE_BIN name prebuilt binaries; otherwise the
+#                     tests build them with go; JUNIT_SELECT="--select-class io.lockd.client.LossTest"
+#                     runs one class)
+set -euo pipefail
+cd "$(dirname "$0")"
+
+JARS=/usr/share/java
+# The runtime classpath: grpc-java with Netty (its per-module jars), protobuf and what they use.
+RUNTIME=(grpc-api grpc-context grpc-core grpc-netty grpc-protobuf grpc-protobuf-lite grpc-stub
+  protobuf proto-google-common-protos guava gson perfmark-api error_prone_annotations jsr305
+  netty-buffer netty-codec netty-codec-http netty-codec-http2 netty-codec-socks netty-common
+  netty-handler netty-handler-proxy netty-resolver netty-transport
+  netty-transport-native-unix-common geronimo-annotation-1.3-spec)
+TEST=(junit-jupiter-api opentest4j junit-platform-commons apiguardian-api)
+
+classpath() {
+  local out="" j
+  for j in "$@"; do
+    [[ -f "$JARS/$j.jar" ]] || { echo "missing $JARS/$j.jar (run make java-deps)" >&2; exit 1; }
+    out+="$JARS/$j.jar:"
+  done
+  printf '%s' "${out%:}"
+}
+
+CP=$(classpath "${RUNTIME[@]}")
+
+build_jar() {
+  rm -rf build/gen build/classes
+  mkdir -p build/gen build/classes
+  # Stubs come from the protos at every build, so they cannot go stale; they are not committed.
+  protoc -I../../proto -I/usr/include \
+    --java_out=build/gen \
+    --plugin=protoc-gen-grpc-java="$(command -v grpc_java_plugin)" --grpc-java_out=build/gen \
+    ../../proto/lockd/v1/*.proto
+  javac --release 11 -encoding UTF-8 -nowarn -cp "$CP" -d build/classes \
+    $(find build/gen -name '*.java') >/dev/null
+  javac --release 11 -encoding UTF-8 -Xlint:all,-processing -Werror -cp "$CP:build/classes" -d build/classes \
+    $(find src/main/java -name '*.java')
+  jar --create --file build/lockd-client.jar -C build/classes .
+  echo "wrote clients/java/build/lockd-client.jar"
+}
+
+run_tests() {
+  rm -rf build/test-classes
+  mkdir -p build/test-classes
+  local tcp
+  tcp="$CP:build/lockd-client.jar:$(classpath "${TEST[@]}")"
+  javac --release 17 -encoding UTF-8 -Xlint:all,-processing -Werror -cp "$tcp" -d build/test-classes \
+    $(find src/test/java -name '*.java')
+  java -Dlockd.test.classpath="$tcp:build/test-classes" -jar "$JARS/junit-platform-console-standalone.jar" \
+    --class-path "$tcp:build/test-classes" \
+    ${JUNIT_SELECT:---select-package io.lockd.client} \
+    --disable-banner --disable-ansi-colors --details=tree --fail-if-no-tests \
+    --config=junit.jupiter.execution.parallel.enabled=false
+}
+
+case "${1:-test}" in
+  jar) build_jar ;;
+  test) build_jar; run_tests ;;
+  *) echo "usage: $0 [jar|test]" >&2; exit 2 ;;
+esac

@@ -1,0 +1,8 @@
+'use strict';
+// @lockd/client: lockd's Node client. See clients/node/README.md.
+const { LockdClient } = require('./client');
+const { Lease } = require('./lease');
+const { LockdError, LeaseLostError } = require('./errors');
+const { status } = require('@grpc/grpc-js');
+
+module.exports = { LockdClient, Lease, LockdError, LeaseLostError, status };

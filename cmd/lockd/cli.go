@@ -1,0 +1,127 @@
+package main
+
+import (
+	"crypto/tls"
+	"crypto/x509"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"os"
+	"strings"
+
+	"github.com/lockd/lockd/client"
+)
+
+// clientCommand runs the client subcommand args name (lock, token), and
+// reports false when they name none: lockd then serves ("serve" is
+// dropped from args).
+func clientCommand(args []string) (code int, ok bool, serveArgs []string) {
+	if len(args) > 0 {
+		switch args[0] {
+		case "lock":
+			return runLock(args[1:], os.Getenv, os.Stdout, os.Stderr), true, nil
+		case "token":
+			return runToken(args[1:], os.Getenv, os.Stdout, os.Stderr), true, nil
+		case "serve":
+			return 0, false, args[1:]
+		}
+	}
+	return 0, false, args
+}
+
+// newClientFlagSet returns the flag set of a client subcommand, whose
+// -help prints usage and about, then the flags.
+func newClientFlagSet(name, usage, about string, stderr io.Writer) *flag.FlagSet {
+	fs := flag.NewFlagSet(name, flag.ContinueOnError)
+	fs.SetOutput(stderr)
+	fs.Usage = func() {
+		fmt.Fprintln(stderr, usage)
+		fmt.Fprintln(stderr, about)
+		fs.PrintDefaults()
+	}
+	return fs
+}
+
+// clientFlags are how the client subcommands reach lockd.
+type clientFlags struct {
+	addr          string
+	tokenFile     string
+	tls           bool
+	tlsCA         string
+	tlsCert       string
+	tlsKey        string
+	tlsServerName string
+}
+
+func (f *clientFlags) register(fs *flag.FlagSet) {
+	fs.StringVar(&f.addr, "addr", "127.0.0.1:50051", "lockd address; a comma list of replicas to fail over between")
+	fs.StringVar(&f.tokenFile, "token-file", "", "file holding the bearer token (default: the LOCKD_TOKEN environment variable)")
+	fs.BoolVar(&f.tls, "tls", false, "connect over TLS, verifying lockd's certificate with the system's roots")
+	fs.StringVar(&f.tlsCA, "tls-ca", "", "PEM CA bundle to verify lockd's certificate with (implies --tls)")
+	fs.StringVar(&f.tlsCert, "tls-cert", "", "PEM client certificate for mTLS (implies --tls; with --tls-key)")
+	fs.StringVar(&f.tlsKey, "tls-key", "", "PEM private key of --tls-cert")
+	fs.StringVar(&f.tlsServerName, "tls-server-name", "", "name to expect in lockd's certificate (default: the host of --addr)")
+}
+
+// dial returns a client as the flags say; the bearer token comes from
+// --token-file, else from LOCKD_TOKEN.
+func (f *clientFlags) dial(getenv func(string) string) (*client.Client, error) {
+	var opts []client.Option
+	token := getenv("LOCKD_TOKEN")
+	if f.tokenFile != "" {
+		b, err := os.ReadFile(f.tokenFile)
+		if err != nil {
+			return nil, fmt.Errorf("--token-file: %w", err)
+		}
+		token = strings.TrimSpace(string(b))
+		if token == "" {
+			return nil, fmt.Errorf("--token-file: %s is empty", f.tokenFile)
+		}
+	}
+	if token != "" {
+		opts = append(opts, client.WithBearerToken(token))
+	}
+	if f.tls || f.tlsCA != "" || f.tlsCert != "" || f.tlsKey != "" || f.tlsServerName != "" {
+		cfg, err := f.tlsConfig()
+		if err != nil {
+			return nil, err
+		}
+		opts = append(opts, client.WithTLS(cfg))
+	}
+	var addrs []string
+	for _, a := range strings.Split(f.addr, ",") {
+		if a = strings.TrimSpace(a); a != "" {
+			addrs = append(addrs, a)
+		}
+	}
+	if len(addrs) == 0 {
+		return nil, errors.New("--addr: no address given")
+	}
+	return client.New(addrs, opts...)
+}
+
+func (f *clientFlags) tlsConfig() (*tls.Config, error) {
+	cfg := &tls.Config{MinVersion: tls.VersionTLS12, ServerName: f.tlsServerName}
+	if f.tlsCA != "" {
+		pem, err := os.ReadFile(f.tlsCA)
+		if err != nil {
+			return nil, fmt.Errorf("--tls-ca: %w", err)
+		}
+		cfg.RootCAs = x509.NewCertPool()
+		if !cfg.RootCAs.AppendCertsFromPEM(pem) {
+			return nil, fmt.Errorf("--tls-ca: no PEM certificate in %s", f.tlsCA)
+		}
+	}
+	if (f.tlsCert == "") != (f.tlsKey == "") {
+		return nil, errors.New("--tls-cert and --tls-key go together")
+	}
+	if f.tlsCert != "" {
+		pair, err := tls.LoadX509KeyPair(f.tlsCert, f.tlsKey)
+		if err != nil {
+			return nil, fmt.Errorf("--tls-cert, --tls-key: %w", err)
+		}
+		cfg.Certificates = []tls.Certificate{pair}
+	}
+	return cfg, nil
+}

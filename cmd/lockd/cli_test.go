@@ -1,0 +1,84 @@
+package main
+
+import (
+	"errors"
+	"flag"
+	"io"
+	"os"
+	"regexp"
+	"strings"
+	"testing"
+	"time"
+)
+
+func TestParseLockFlags(t *testing.T) {
+	t.Parallel()
+	f, err := parseLockFlags([]string{"--wait=0", "--ttl=1m", "--read", "--owner=cron", "jobs/x", "--", "backup", "--full"}, io.Discard)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if f.key != "jobs/x" || strings.Join(f.argv, " ") != "backup --full" || f.wait != 0 || f.ttl != time.Minute || !f.read || f.owner != "cron" {
+		t.Fatalf("parsed %+v", f)
+	}
+	d, err := parseLockFlags([]string{"k", "--", "true"}, io.Discard)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if d.wait != 30*time.Second || d.killAfter != 10*time.Second || d.client.addr != "127.0.0.1:50051" || d.ttl != 0 {
+		t.Fatalf("defaults %+v", d)
+	}
+	for _, tc := range []struct {
+		name string
+		args []string
+		want string
+	}{
+		{"no key", nil, "usage"},
+		{"no --", []string{"k", "true"}, "usage"},
+		{"no command", []string{"k", "--"}, "usage"},
+		{"a negative wait", []string{"--wait=-1s", "k", "--", "true"}, "negative"},
+		{"an unknown flag", []string{"--nope", "k", "--", "true"}, "nope"},
+	} {
+		if _, err := parseLockFlags(tc.args, io.Discard); err == nil || !strings.Contains(err.Error(), tc.want) {
+			t.Errorf("%s: %v, want an error naming %q", tc.name, err, tc.want)
+		}
+	}
+}
+
+func TestClientCommandDispatch(t *testing.T) {
+	t.Parallel()
+	for _, tc := range []struct {
+		args  []string
+		serve []string
+	}{
+		{nil, nil},
+		{[]string{"--listen=:1"}, []string{"--listen=:1"}},
+		{[]string{"serve", "--listen=:1"}, []string{"--listen=:1"}},
+	} {
+		if _, ok, rest := clientCommand(tc.args); ok || strings.Join(rest, " ") != strings.Join(tc.serve, " ") {
+			t.Errorf("%q: client command %v, serve args %q", tc.args, ok, rest)
+		}
+	}
+}
+
+// TestEveryClientFlagIsInTheReadme keeps the README's table of lockd lock
+// and lockd token flags in step with their flags.
+func TestEveryClientFlagIsInTheReadme(t *testing.T) {
+	t.Parallel()
+	readme, err := os.ReadFile("../../README.md")
+	if err != nil {
+		t.Fatal(err)
+	}
+	section := regexp.MustCompile("(?s)### The command line.*?\n## ").Find(readme)
+	if section == nil {
+		t.Fatal("README.md has no section on the command line")
+	}
+	var out strings.Builder
+	if _, err := parseLockFlags([]string{"-help"}, &out); !errors.Is(err, flag.ErrHelp) {
+		t.Fatalf("-help: %v", err)
+	}
+	for _, name := range helpFlags(t, out.String()) {
+		if !strings.Contains(string(section), "`--"+name+"`") {
+			t.Errorf("lockd lock flag --%s has no line in README.md's command line section", name)
+		}
+	}
+}

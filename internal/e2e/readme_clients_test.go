@@ -1,0 +1,146 @@
+package e2e
+
+import (
+	"context"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+
+	"google.golang.org/protobuf/types/known/durationpb"
+
+	lockdv1 "github.com/lockd/lockd/gen/lockd/v1"
+	"github.com/lockd/lockd/internal/testlog"
+	"github.com/lockd/lockd/internal/wechat/wechatfake"
+)
+
+// TestReadmeHold runs the README's Hold command as written (but for the
+// address) until it has streamed a renewal, checks that the key is held,
+// then interrupts it as Ctrl-C would: a waiter gets the key at once, long
+// before the lease could run out.
+func TestReadmeHold(t *testing.T) {
+	t.Parallel()
+	p := startLockd(t, nil)
+	lc := lockdv1.NewLockServiceClient(p.dial(t))
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	cmd := exec.Command("bash", "-euo", "pipefail", "-c", strings.ReplaceAll(readmeBlock(t, "grpcurl-hold", "sh"), "127.0.0.1:50051", p.addr))
+	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
+	out := &testlog.Buffer{}
+	cmd.Stdout, cmd.Stderr = out, out
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	done := make(chan struct{})
+	go func() {
+		_ = cmd.Wait()
+		close(done)
+	}()
+	t.Cleanup(func() {
+		_ = syscall.Kill(-cmd.Process.Pid, syscall.SIGKILL)
+		<-done
+	})
+
+	// The lease, then a renewal.
+	for strings.Count(out.String(), `"leaseId"`) < 2 {
+		select {
+		case <-done:
+			t.Fatalf("the Hold command ended: %v\n%s", cmd.ProcessState, out)
+		case <-ctx.Done():
+			t.Fatalf("no renewal streamed:\n%s", out)
+		case <-time.After(50 * time.Millisecond):
+		}
+	}
+	if !strings.Contains(out.String(), `"acquired": true`) {
+		t.Fatalf("the Hold command's output:\n%s", out)
+	}
+	if res, err := lc.Acquire(ctx, &lockdv1.AcquireRequest{Key: "jobs/nightly", Owner: "worker-2"}); err != nil || res.GetAcquired() {
+		t.Fatalf("key taken while held: %v, %v", res, err)
+	}
+
+	// Ctrl-C: the lease (ttl 10s, just renewed) is released at once, so a
+	// waiter bounded well below its ttl gets the key.
+	if err := syscall.Kill(-cmd.Process.Pid, syscall.SIGINT); err != nil {
+		t.Fatal(err)
+	}
+	res, err := lc.Acquire(ctx, &lockdv1.AcquireRequest{Key: "jobs/nightly", Owner: "worker-2", WaitTimeout: durationpb.New(5 * time.Second)})
+	if err != nil || !res.GetAcquired() {
+		t.Fatalf("key after the Hold command was interrupted: %v, %v\n%s", res, err, out)
+	}
+	<-done
+}
+
+// TestReadmeGoClient compiles and runs the README's Go client program as
+// written (but for the address).
+func TestReadmeGoClient(t *testing.T) {
+	t.Parallel()
+	p := startLockd(t, nil)
+	src := strings.ReplaceAll(readmeBlock(t, "go-client-example", "go"), "127.0.0.1:50051", p.addr)
+	// Inside the module (testdata is left out of ./...), so it builds
+	// against this checkout of the client.
+	if err := os.MkdirAll("testdata", 0o755); err != nil {
+		t.Fatal(err)
+	}
+	dir, err := os.MkdirTemp("testdata", "readme-go-")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		_ = os.RemoveAll(dir)
+		_ = os.Remove("testdata") // only when empty
+	})
+	if err := os.WriteFile(filepath.Join(dir, "main.go"), []byte(src), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	out, err := exec.Command("go", "run", "./"+dir).CombinedOutput()
+	if err != nil {
+		t.Fatalf("the README's Go program: %v\n%s", err, out)
+	}
+	if !strings.Contains(string(out), "step 2 of orders/42, fencing token ") {
+		t.Fatalf("the README's Go program printed:\n%s", out)
+	}
+}
+
+// TestReadmeLockCommand runs the README's lockd lock and lockd token
+// examples as written, with a lockd on PATH that talks to the test's lockd.
+func TestReadmeLockCommand(t *testing.T) {
+	t.Parallel()
+	fake := newFake(t, wechatfake.Options{})
+	tmp := t.TempDir()
+	cfgPath := filepath.Join(tmp, "lockd.yaml")
+	cfg := "apps:\n  - {name: mp, provider: wechat, appid: wx-classic, secret_env: CLASSIC_SECRET, api_base: \"" + fake.URL() + "\"}\n"
+	if err := os.WriteFile(cfgPath, []byte(cfg), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	p := startLockd(t, []string{"CLASSIC_SECRET=" + classicSecret}, "--config="+cfgPath)
+	bin := filepath.Join(tmp, "bin")
+	wrapper := "#!/bin/sh\nsub=$1; shift\nexec " + lockdBinary(t) + " \"$sub\" --addr=" + p.addr + " \"$@\"\n"
+	if err := os.MkdirAll(bin, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(filepath.Join(bin, "lockd"), []byte(wrapper), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	script := strings.ReplaceAll(readmeBlock(t, "lockd-lock-examples", "sh"), "/tmp/", tmp+"/")
+	cmd := exec.Command("bash", "-euo", "pipefail", "-c", script)
+	cmd.Env = append(os.Environ(), "PATH="+bin+":"+os.Getenv("PATH"))
+	out, err := cmd.CombinedOutput()
+	if err != nil {
+		t.Fatalf("README lockd lock examples failed: %v\n%s", err, out)
+	}
+	text := string(out)
+	for _, want := range []string{"nightly job holds jobs/nightly with fencing token ", "second copy exited 75", "nightly job done"} {
+		if !strings.Contains(text, want) {
+			t.Errorf("output lacks %q:\n%s", want, text)
+		}
+	}
+	if strings.Contains(text, "never printed") {
+		t.Errorf("the second copy ran:\n%s", text)
+	}
+	if tok, err := os.ReadFile(filepath.Join(tmp, "mp.token")); err != nil || len(strings.TrimSpace(string(tok))) == 0 {
+		t.Errorf("lockd token wrote %q, %v", tok, err)
+	}
+}

@@ -1,0 +1,45 @@
+// Package locktest helps tests of lockd's lock clients: it reads a lease's
+// expiry from Redis, and waits for a client lease's renewals.
+package locktest
+
+import (
+	"context"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+
+	"github.com/lockd/lockd/client"
+)
+
+// Expiry reads when lease id of key expires from the lock's Redis hash
+// (the layout is in internal/redislock/common.lua; namespace "lockd").
+func Expiry(ctx context.Context, rdb redis.Cmdable, key, id string) (time.Time, error) {
+	v, err := rdb.HGet(ctx, "lockd:{"+key+"}", "x:"+id).Result()
+	if err != nil {
+		return time.Time{}, err
+	}
+	ms, err := strconv.ParseInt(strings.SplitN(v, "|", 2)[0], 10, 64)
+	return time.UnixMilli(ms), err
+}
+
+// Renewals waits until l's expiry has moved on n times, failing the test
+// if the lease is lost or ctx ends first.
+func Renewals(ctx context.Context, tb testing.TB, l *client.Lease, n int) {
+	tb.Helper()
+	last := l.ExpireTime()
+	for n > 0 {
+		select {
+		case <-l.Lost():
+			tb.Fatalf("lease lost with %d renewals to go: %v", n, l.Err())
+		case <-ctx.Done():
+			tb.Fatalf("%d renewals did not come: %v", n, ctx.Err())
+		case <-time.After(5 * time.Millisecond):
+		}
+		if exp := l.ExpireTime(); exp.After(last) {
+			last, n = exp, n-1
+		}
+	}
+}

@@ -1,0 +1,287 @@
+package redislock
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"time"
+)
+
+// Acquire asks for a hold on req.Key in req.Mode, waiting up to req.Wait
+// (bounded by ctx) when the key is busy. Not getting the lock in time is not
+// an error: the Result says Acquired false with the holders' RetryAfter.
+//
+// When the outcome of a try cannot reach the caller (ctx ends, Redis stalls
+// and the reply is lost), what the try did is undone exactly: the hold it
+// added (a fresh lease, or one more hold of the owner's lease) and its place
+// in the writers' queue, retrying until the undo lands or the hold would
+// have run out. A call with a RequestID keeps its grant instead, for the
+// caller's retry to claim.
+func (c *Client) Acquire(ctx context.Context, req Request) (Result, error) {
+	if err := ValidateKey(req.Key); err != nil {
+		return Result{}, err
+	}
+	if req.Mode != Read && req.Mode != Write && req.Mode != Permit {
+		return Result{}, fmt.Errorf("%w: %d", ErrInvalidMode, req.Mode)
+	}
+	if req.Mode == Permit && req.Limit < 1 {
+		return Result{}, fmt.Errorf("%w: limit must be at least 1, got %d", ErrInvalidLimit, req.Limit)
+	}
+	if req.TTL < time.Millisecond {
+		return Result{}, fmt.Errorf("%w: ttl must be at least 1ms, got %v", ErrInvalidTTL, req.TTL)
+	}
+	if err := c.prepared(ctx); err != nil {
+		return Result{}, err
+	}
+	ownerGiven := req.Owner != ""
+	if !ownerGiven {
+		req.Owner = "lockd-" + newID()
+	}
+	a := &attempt{c: c, ks: c.keys(req.Key), req: req, ownerGiven: ownerGiven, leaseID: newID(), id: newAttemptID(), start: time.Now()}
+
+	if req.Wait <= 0 {
+		res, err := a.try(ctx, 0)
+		return a.finish(ctx, res, err)
+	}
+	deadline := a.start.Add(req.Wait)
+	if d, ok := ctx.Deadline(); ok && d.Before(deadline) {
+		deadline = d
+	}
+	res, err := a.try(ctx, time.Until(deadline))
+	if err != nil || res.Acquired {
+		return a.finish(ctx, res, err)
+	}
+	if req.BeforeWait != nil {
+		waited, err := req.BeforeWait()
+		if err != nil {
+			a.unwait()
+			return Result{}, err
+		}
+		defer waited()
+	}
+	wake, done, err := c.subs.subscribe(ctx, a.ks.channel, deadline, c.maxRecheck)
+	if err != nil {
+		a.unwait()
+		if errors.Is(err, context.DeadlineExceeded) && ctx.Err() == nil {
+			err = nil // the wait ended before the subscription was confirmed
+		}
+		return a.finish(ctx, res, err)
+	}
+	defer done()
+	timer := time.NewTimer(0)
+	defer timer.Stop()
+	for {
+		left := time.Until(deadline)
+		if left <= 0 {
+			break
+		}
+		// Re-check after subscribing, and after every wake-up.
+		res, err = a.try(ctx, left)
+		if err != nil || res.Acquired {
+			return a.finish(ctx, res, err)
+		}
+		timer.Reset(min(res.RetryAfter, time.Until(deadline), c.maxRecheck))
+		select {
+		case <-wake:
+		case <-timer.C:
+		case <-ctx.Done():
+			a.unwait()
+			if errors.Is(ctx.Err(), context.DeadlineExceeded) {
+				// The caller's deadline ends the wait like wait_timeout.
+				return a.finish(ctx, res, nil)
+			}
+			return a.finish(ctx, res, ctx.Err())
+		}
+	}
+	a.unwait()
+	return a.finish(ctx, res, nil)
+}
+
+// attempt is one Acquire call. Its id tags the hold it may add and its
+// place in the writers' queue; its lease id names the lease if a new one
+// is granted.
+type attempt struct {
+	c          *Client
+	ks         keySet
+	req        Request
+	ownerGiven bool
+	leaseID    string
+	id         string
+	start      time.Time
+	queued     bool // a try may have queued it as a waiting writer
+	replayed   bool // the grant is a retried request_id's first result
+}
+
+func (a *attempt) try(ctx context.Context, wait time.Duration) (Result, error) {
+	waitMs := int64(0)
+	if wait > 0 {
+		// A queued writer holds readers back only a few re-checks ahead;
+		// each re-check extends it. A writer whose process dies stops
+		// blocking readers soon, not when its whole wait would end.
+		waitMs = max(1, min(wait, 3*a.c.maxRecheck).Milliseconds())
+	}
+	given := "0"
+	if a.ownerGiven {
+		given = "1"
+	}
+	if waitMs > 0 && a.req.Mode == Write {
+		a.queued = true
+	}
+	script, args := acquireScript, []any{a.req.Mode.arg(), a.req.Owner, a.leaseID, a.req.TTL.Milliseconds(), waitMs, a.id, given,
+		a.req.RequestID, a.c.lossGrace.Milliseconds()}
+	if a.req.Mode == Permit {
+		script, args = semaphoreAcquireScript, []any{a.req.Limit, a.req.Owner, a.leaseID, a.req.TTL.Milliseconds(), a.id, given,
+			a.req.RequestID, a.c.lossGrace.Milliseconds()}
+	}
+	sent := time.Now()
+	reply, err := a.c.run(ctx, script, a.ks, a.ks.scriptKeys(true), args...)
+	if errors.Is(err, ErrNotReplicated) && (status(reply) == 1) {
+		// Granted on the master but not confirmed by its replicas: a
+		// failover could lose it, so give it back.
+		a.undo(true)
+		return Result{}, err
+	}
+	if err != nil && !errors.Is(err, ErrNotReplicated) {
+		// The script may have run with its reply lost: undo what it may
+		// have granted or queued.
+		a.undo(a.req.RequestID == "")
+		return Result{}, err
+	}
+	a.c.noteHold(a.ks, reply)
+	switch status(reply) {
+	case 1, 2:
+		l, err := parseLease(a.req.Key, reply)
+		if err != nil {
+			return Result{}, err
+		}
+		a.queued = false
+		a.replayed = status(reply) == 2
+		l.sent = sent
+		return Result{Acquired: true, Lease: l, Available: int(intAt(reply, 10))}, nil
+	case 0:
+		return Result{RetryAfter: time.Duration(intAt(reply, 3)) * time.Millisecond, Holder: strAt(reply, 4), Available: int(intAt(reply, 5))}, nil
+	case -4:
+		if a.req.Mode == Permit {
+			return Result{}, fmt.Errorf("%w: key %q is held as a lock", ErrKeyInUse, a.req.Key)
+		}
+		return Result{}, fmt.Errorf("%w: key %q is a semaphore with permits held", ErrKeyInUse, a.req.Key)
+	case -5:
+		return Result{}, fmt.Errorf("%w: key %q has permits held with limit %d, asked with %d", ErrLimitMismatch, a.req.Key, intAt(reply, 3), a.req.Limit)
+	case -2:
+		return Result{}, fmt.Errorf("%w: key %q", ErrUpgrade, a.req.Key)
+	}
+	return Result{}, fmt.Errorf("redislock: unexpected acquire reply %v", reply)
+}
+
+// finish reports the outcome, and undoes a hold granted to a caller that
+// has gone away meanwhile, so it leaves nothing behind.
+func (a *attempt) finish(ctx context.Context, res Result, err error) (Result, error) {
+	waited := time.Since(a.start)
+	if err == nil && res.Acquired && ctx.Err() != nil {
+		// Only a hold this call added is undone, and only when no retry
+		// with the same request id could claim it.
+		if !a.replayed && a.req.RequestID == "" {
+			a.undo(true)
+		}
+		return Result{}, ctx.Err()
+	}
+	if err != nil {
+		return Result{}, err
+	}
+	if res.Acquired {
+		if res.Lease.ID == a.leaseID && !a.replayed {
+			a.c.obs.Granted(a.req.Mode, waited)
+		}
+	} else if a.req.Wait > 0 {
+		a.c.obs.Waited(a.req.Mode, waited)
+	}
+	return res, nil
+}
+
+// unwait withdraws a queued writer, so the readers it held back go in now
+// rather than when its wait would have ended. The first try is made at
+// once; should it fail, the clean-up goes on in the background.
+func (a *attempt) unwait() {
+	if !a.queued {
+		return
+	}
+	a.queued = false
+	ctx, cancel := context.WithTimeout(context.Background(), unwaitTry)
+	defer cancel()
+	if a.abandon(ctx, false) == nil {
+		return
+	}
+	a.c.cleanUp(func(ctx context.Context) error { return a.abandon(ctx, false) }, time.Now().Add(3*a.c.maxRecheck))
+}
+
+// undo takes back, in the background, what this attempt may have done
+// without its caller hearing of it: its hold (when undoHold) and its place
+// in the writers' queue. It retries until the undo lands, or until the
+// hold would have run out by itself (it was granted for the request's ttl
+// after the attempt started).
+func (a *attempt) undo(undoHold bool) {
+	queued := a.queued
+	a.queued = false
+	if !undoHold && !queued {
+		return
+	}
+	until := a.start.Add(a.req.TTL)
+	if queued {
+		if q := time.Now().Add(3 * a.c.maxRecheck); q.After(until) {
+			until = q
+		}
+	}
+	a.c.cleanUp(func(ctx context.Context) error { return a.abandon(ctx, undoHold) }, until)
+}
+
+// abandon runs abandon.lua once for this attempt.
+func (a *attempt) abandon(ctx context.Context, undoHold bool) error {
+	hold := "0"
+	if undoHold {
+		hold = "1"
+	}
+	return abandonScript.Run(ctx, a.c.rdb, a.ks.scriptKeys(false),
+		a.id, a.req.Mode.arg(), a.req.Owner, hold, a.ks.channel, a.c.publish, a.req.RequestID).Err()
+}
+
+const (
+	// unwaitTry bounds the try to leave the writers' queue that a waiter
+	// makes before answering its caller.
+	unwaitTry = 250 * time.Millisecond
+	// undoTry bounds one try of a clean-up.
+	undoTry = 2 * time.Second
+	// undoBackoff is the first pause between tries; it doubles up to
+	// undoMaxBackoff.
+	undoBackoff    = 50 * time.Millisecond
+	undoMaxBackoff = 2 * time.Second
+)
+
+// cleanUp runs op in the background until it succeeds or until passes
+// (after at least one try), backing off between tries.
+func (c *Client) cleanUp(op func(context.Context) error, until time.Time) {
+	c.undos.Add(1)
+	go func() {
+		defer c.undos.Done()
+		backoff := undoBackoff
+		for {
+			ctx, cancel := context.WithTimeout(context.Background(), undoTry)
+			err := op(ctx)
+			cancel()
+			if err == nil || !time.Now().Add(backoff).Before(until) {
+				return
+			}
+			select {
+			case <-time.After(backoff):
+			case <-c.closing:
+				return
+			}
+			backoff = min(2*backoff, undoMaxBackoff)
+		}
+	}()
+}
+
+// newAttemptID returns 64 random bits, URL-safe: enough to keep the
+// attempts of one lease apart, and short, as a lease remembers several.
+func newAttemptID() string {
+	return newID()[:11]
+}

@@ -1,0 +1,85 @@
+-- semaphore_acquire.lua grants one permit of a semaphore, or re-enters the
+-- owner's. At most limit permits (leases of mode p) are held at once; the
+-- record keeps the limit in lim while any is (see common.lua).
+--
+-- KEYS[1] the semaphore's record (see common.lua)
+-- KEYS[2] optional data-loss marker of its slot
+-- ARGV[1] limit: how many permits may be held at once, at least 1
+-- ARGV[2] owner
+-- ARGV[3] lease_id to use if a new permit is granted
+-- ARGV[4] ttl_ms
+-- ARGV[5] attempt id of this Acquire call: the tag of the hold it adds, so
+--         that hold can be undone
+-- ARGV[6] '1' when the caller named the owner, '0' when lockd made one up
+-- ARGV[7] request_id, or '' for none
+-- ARGV[8] grace_ms: how long new grants wait after Redis lost its data
+-- Every reply starts {status, now_ms, hold_until_ms}, as acquire.lua's. Then:
+--   granted:  {1, now, hold, lease_id, 'p', hold_count, fencing_token, ttl_ms,
+--             expire_ms, owner, available}
+--   replayed: {2, ...} the same fields, from a retried request_id's first result
+--   busy:     {0, now, hold, retry_after_ms, '', available}
+--   in use:   {-4, now, hold} the key is held as a lock
+--   limit:    {-5, now, hold, limit} the permits held have another limit
+-- available is how many permits are left free.
+
+local limit, owner, new_id, ttl = tonumber(ARGV[1]), ARGV[2], ARGV[3], tonumber(ARGV[4])
+local attempt, given, request, grace = ARGV[5], ARGV[6], ARGV[7], tonumber(ARGV[8])
+
+local hold = check_marker(grace)
+begin()
+
+-- free is how many permits are left.
+local function free()
+  return math.max(0, limit - h.nl)
+end
+
+-- granted tags the hold with this attempt, remembers the result for
+-- retries of request, and replies.
+local function granted(id, l, extra)
+  add_attempt(l, attempt)
+  put_lease(id, l, extra)
+  remember(request, given, id, l)
+  h.lim = limit
+  tidy()
+  local reply = lease_reply(1, hold, id, l)
+  table.insert(reply, free())
+  return reply
+end
+
+local replayed
+replayed, request = replay(request, 'p', given, owner, hold)
+if replayed then
+  table.insert(replayed, free())
+  return replayed
+end
+
+if h.nl > 0 and h.lim == 0 then
+  tidy()
+  return {-4, now_ms, hold}
+end
+if h.nl > 0 and h.lim ~= limit then
+  tidy()
+  return {-5, now_ms, hold, h.lim}
+end
+
+-- Reentrancy: the same owner re-enters its permit.
+local own, held = reentered('p', owner, ttl)
+if own then
+  return granted(own, held)
+end
+
+-- Busy until the first permit held runs out, or until grants held back
+-- after a data loss resume.
+local blocked_for = nil
+if h.nl >= limit then
+  blocked_for = math.max(1, (h.due or now_ms) - now_ms)
+elseif hold > now_ms then
+  blocked_for = hold - now_ms
+end
+if blocked_for then
+  tidy()
+  return {0, now_ms, hold, blocked_for, '', free()}
+end
+
+local l = new_lease('p', owner, ttl)
+return granted(new_id, l, {'o:p:' .. owner, new_id})

@@ -1,0 +1,99 @@
+package token_test
+
+import (
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/lockd/lockd/internal/redistest"
+	"github.com/lockd/lockd/internal/token"
+	"github.com/lockd/lockd/internal/wechat"
+	"github.com/lockd/lockd/internal/wechat/wechatfake"
+)
+
+// TestEveryKeyAndChannelIsUnderThePrefix drives one broker through tokens,
+// reports, limits, force_refresh, tickets and failures, and finds every
+// Redis key and pub/sub channel it used under its prefix.
+func TestEveryKeyAndChannelIsUnderThePrefix(t *testing.T) {
+	t.Parallel()
+	srv := redistest.Start(t)
+	fake := newFake(t, wechatfake.Options{})
+	f := newFleet(t, srv, 2, apps(fake), token.Options{Prefix: "tenant-a"})
+	f.refresh(t)
+	ctx := timeout(t, 30*time.Second)
+	b := f.brokers[0]
+	for _, p := range providers {
+		tok, err := b.Get(ctx, p.name, anyone)
+		if err != nil {
+			t.Fatal(err)
+		}
+		reject(fake, p, tok.AccessToken)
+		if _, err := b.Refresh(ctx, p.name, tok.AccessToken, anyone); err != nil {
+			t.Fatal(err)
+		}
+		if _, err := b.Ticket(ctx, p.name, wechat.TicketJSAPI, anyone); err != nil {
+			t.Fatal(err)
+		}
+	}
+	fake.FailNext(1, -1)
+	stale := apps(fake)[:1]
+	stale[0].Upstream.Secret = "an-old-secret"
+	other, err := token.New(srv.Client(t), stale, token.Options{Prefix: "tenant-a"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer other.Close()
+	if _, err := other.Refresh(ctx, "classic", "whatever", anyone); err != nil {
+		t.Fatal(err) // a stale report: the cached token
+	}
+
+	keys, err := f.rdb.Keys(ctx, "*").Result()
+	if err != nil || len(keys) == 0 {
+		t.Fatal(keys, err)
+	}
+	for _, k := range keys {
+		if !strings.HasPrefix(k, "tenant-a:") {
+			t.Errorf("key %q is outside the prefix", k)
+		}
+	}
+	channels, err := f.rdb.PubSubChannels(ctx, "*").Result()
+	if err != nil || len(channels) == 0 {
+		t.Fatal(channels, err)
+	}
+	for _, c := range channels {
+		if !strings.HasPrefix(c, "tenant-a:") {
+			t.Errorf("channel %q is outside the prefix", c)
+		}
+	}
+	assertRedisClean(t, ctx, f.rdb)
+}
+
+// TestConfigurationsSharingARedisKeepTheirAccountsApart runs two brokers
+// with an app of the same name but another appid on one Redis and prefix,
+// and two with the same account under two prefixes.
+func TestConfigurationsSharingARedisKeepTheirAccountsApart(t *testing.T) {
+	t.Parallel()
+	srv := redistest.Start(t)
+	fake := newFake(t, wechatfake.Options{})
+	fake.AddApp("wx-other", classicSecret)
+	ctx := timeout(t, 30*time.Second)
+	mp := func(appid string) []token.App {
+		return []token.App{{Name: "mp", Upstream: wechat.Config{Provider: wechat.ProviderWeChat, APIBase: fake.URL(), AppID: appid, Secret: classicSecret}}}
+	}
+	one := newFleet(t, srv, 1, mp("wx-classic"), token.Options{}).brokers[0]
+	two := newFleet(t, srv, 1, mp("wx-other"), token.Options{}).brokers[0]
+	t1, err := one.Get(ctx, "mp", anyone)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t2, err := two.Get(ctx, "mp", anyone)
+	if err != nil || t2.AccessToken == t1.AccessToken || fake.Mints("wx-other") != 1 {
+		t.Fatalf("the app of another appid got %v (%v): the first account's token", t2, err)
+	}
+	// The same account under the same prefix, whatever its name, shares
+	// the cache: one mint for both.
+	alias := newFleet(t, srv, 1, []token.App{{Name: "alias", Upstream: mp("wx-classic")[0].Upstream}}, token.Options{}).brokers[0]
+	if t3, err := alias.Get(ctx, "alias", anyone); err != nil || t3 != t1 || fake.Mints("wx-classic") != 1 {
+		t.Fatalf("the same account under another name: %v, %v; %d mints", t3, err, fake.Mints("wx-classic"))
+	}
+}
