@@ -5,7 +5,10 @@
 //
 // then point an app's api_base at http://127.0.0.1:9480. Tokens can be
 // checked with GET /cgi-bin/getcallbackip?access_token=TOKEN; JS-SDK tickets
-// are served too (see package wechatfake).
+// are served too (see package wechatfake). POST /fake/reject?access_token=TOKEN
+// makes the upstream refuse a token it handed out, as WeChat does when some
+// other system replaced it: what client tests use to see a rejected token
+// reported and replaced.
 package main
 
 import (
@@ -70,7 +73,7 @@ func run(ctx context.Context, args []string) error {
 	if err != nil {
 		return err
 	}
-	srv := &http.Server{Handler: wechatfake.NewHandler(opts), ReadHeaderTimeout: 10 * time.Second}
+	srv := &http.Server{Handler: handler(wechatfake.NewHandler(opts)), ReadHeaderTimeout: 10 * time.Second}
 	ids := make([]string, 0, len(opts.Apps)+len(opts.Corps))
 	for id := range opts.Apps {
 		ids = append(ids, id)
@@ -90,4 +93,20 @@ func run(ctx context.Context, args []string) error {
 	shutdownCtx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 	defer cancel()
 	return srv.Shutdown(shutdownCtx)
+}
+
+// handler serves the fake upstream and its test control, /fake/reject.
+func handler(fake *wechatfake.Server) http.Handler {
+	mux := http.NewServeMux()
+	mux.Handle("/", fake)
+	mux.HandleFunc("POST /fake/reject", func(w http.ResponseWriter, r *http.Request) {
+		tok := r.URL.Query().Get("access_token")
+		if tok == "" {
+			http.Error(w, "access_token is required", http.StatusBadRequest)
+			return
+		}
+		fake.Reject(tok)
+		w.WriteHeader(http.StatusNoContent)
+	})
+	return mux
 }

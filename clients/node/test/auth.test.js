@@ -73,6 +73,8 @@ auth:
       assert.ok(first.accessToken.length > 0);
       assert.ok(first.expireTime > new Date());
       assert.equal((await c.getAccessToken('mp')).accessToken, first.accessToken);
+      // A report replaces the token only once the upstream refuses it.
+      await wechat.reject(first.accessToken);
       const fresh = await c.refreshAccessToken('mp', first.accessToken);
       assert.notEqual(fresh.accessToken, first.accessToken);
       assert.equal((await c.refreshAccessToken('mp', first.accessToken)).accessToken, fresh.accessToken);

@@ -158,6 +158,11 @@ async function startWeChatFake(appAndSecret) {
     appAndSecret,
   ]);
   w.base = `http://127.0.0.1:${port}`;
+  // reject makes the upstream refuse tok from now on, as if another system replaced it.
+  w.reject = async (tok) => {
+    const res = await fetch(`${w.base}/fake/reject?access_token=${encodeURIComponent(tok)}`, { method: 'POST' });
+    if (res.status !== 204) throw new Error(`wechat-fake: POST /fake/reject: HTTP ${res.status}`);
+  };
   await w.waitUntil('wechat-fake', () => connects(port));
   return w;
 }

@@ -81,7 +81,7 @@ class AuthTokenTest {
   }
 
   @Test
-  void accessTokensAreSharedAndRefreshedOnce() {
+  void accessTokensAreSharedAndRefreshedOnce() throws Exception {
     try (LockdClient c = LockdClient.builder().target(lockd.addr).bearerToken(TOKEN).build()) {
       TokenClient tokens = c.tokens();
       AccessToken first = tokens.getAccessToken("mp");
@@ -90,6 +90,8 @@ class AuthTokenTest {
       assertFalse(first.toString().contains(first.token()), "toString hides the token");
       assertEquals(first.token(), tokens.getAccessToken("mp").token());
 
+      // A report replaces the token only once the upstream refuses it.
+      wechat.reject(first.token());
       AccessToken fresh = tokens.refreshAccessToken("mp", first.token());
       assertNotEquals(first.token(), fresh.token());
       // A second report of the old token gets the new one, without another mint.

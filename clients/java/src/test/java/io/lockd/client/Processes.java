@@ -283,6 +283,26 @@ final class Processes {
       this.base = base;
     }
 
+    /** reject makes the upstream refuse tok from now on, as if another system replaced it. */
+    void reject(String tok) throws IOException {
+      java.net.HttpURLConnection c =
+          (java.net.HttpURLConnection)
+              java.net.URI.create(
+                      base
+                          + "/fake/reject?access_token="
+                          + java.net.URLEncoder.encode(tok, java.nio.charset.StandardCharsets.UTF_8))
+                  .toURL()
+                  .openConnection();
+      try {
+        c.setRequestMethod("POST");
+        if (c.getResponseCode() != 204) {
+          throw new IOException("wechat-fake: POST /fake/reject: HTTP " + c.getResponseCode());
+        }
+      } finally {
+        c.disconnect();
+      }
+    }
+
     static WeChatFake start(String appAndSecret) throws Exception {
       int port = freePort();
       WeChatFake w =
