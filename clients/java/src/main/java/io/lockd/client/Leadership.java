@@ -16,6 +16,7 @@ import io.lockd.v1.ResignRequest;
 import java.lang.System.Logger.Level;
 import java.time.Instant;
 import java.util.concurrent.CompletableFuture;
+import java.util.concurrent.ExecutionException;
 import java.util.concurrent.RejectedExecutionException;
 import java.util.concurrent.ScheduledFuture;
 import java.util.concurrent.TimeUnit;
@@ -59,6 +60,63 @@ public final class Leadership implements AutoCloseable {
   private boolean closed;
   private LeaseLostException lostWith;
   private ScheduledFuture<?> lossTimer;
+
+  /**
+   * Campaigns with req until elected, moving to the next target while waiting when one goes away;
+   * register learns of the leadership before it is confirmed.
+   */
+  static Leadership campaign(
+      LockdClient client, Transport transport, CampaignRequest req, Consumer<Leadership> register)
+      throws InterruptedException {
+    String name = req.getName();
+    long failingSince = 0;
+    long backoff = TimeUnit.MILLISECONDS.toNanos(25);
+    while (true) {
+      if (transport.isShutdown()) {
+        throw new LockdException("Campaign " + name, Status.CANCELLED.withDescription("the client is closed"));
+      }
+      int target = transport.current();
+      Leadership l = new Leadership(client, transport, name);
+      CompletableFuture<io.lockd.v1.Leader> elected = l.begin(target, req);
+      io.lockd.v1.Leader first;
+      try {
+        first = elected.get();
+      } catch (InterruptedException e) {
+        l.abandon("interrupted"); // closing the stream resigns a leadership won meanwhile
+        throw e;
+      } catch (ExecutionException e) {
+        Status st = Status.fromThrowable(e.getCause());
+        if (st.getCode() != Status.Code.UNAVAILABLE) {
+          throw new LockdException("Campaign " + name + " on " + transport.targets.get(target), st);
+        }
+        // The replica went away while the candidate waited: wait on the next one, under the same
+        // owner, so a leadership won on the first but not reported is taken up, not waited out.
+        transport.failed(target);
+        long now = System.nanoTime();
+        if (failingSince == 0) {
+          failingSince = now;
+        } else if (now - failingSince > transport.retryTimeoutNanos) {
+          throw new LockdException("Campaign " + name + " (retries exhausted)", st);
+        }
+        TimeUnit.NANOSECONDS.sleep(backoff);
+        backoff = Math.min(backoff * 2, TimeUnit.SECONDS.toNanos(1));
+        continue;
+      }
+      register.accept(l);
+      try {
+        l.elected(first);
+      } catch (InterruptedException | RuntimeException e) {
+        l.abandon("not confirmed");
+        client.forget(l);
+        throw e;
+      }
+      LeaseLostException lost = l.lostWith();
+      if (lost != null) {
+        throw lost;
+      }
+      return l;
+    }
+  }
 
   Leadership(LockdClient client, Transport transport, String name) {
     this.client = client;

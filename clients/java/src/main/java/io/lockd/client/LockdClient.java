@@ -1,7 +1,6 @@
 package io.lockd.client;
 
 import io.grpc.ManagedChannel;
-import io.grpc.netty.GrpcSslContexts;
 import io.grpc.netty.NettyChannelBuilder;
 import io.lockd.v1.AcquireRequest;
 import io.lockd.v1.AcquireResponse;
@@ -19,12 +18,7 @@ import io.lockd.v1.SemaphoreServiceAcquireResponse;
 import io.lockd.v1.SemaphoreServiceGrpc;
 import io.grpc.Status;
 import io.netty.handler.ssl.SslContext;
-import io.netty.handler.ssl.JdkAlpnRestored;
-import io.netty.handler.ssl.JdkSslContext;
-import io.netty.handler.ssl.SslContextBuilder;
-import io.netty.handler.ssl.SslProvider;
 import java.io.IOException;
-import java.io.UncheckedIOException;
 import java.net.InetAddress;
 import java.nio.file.Path;
 import java.time.Duration;
@@ -34,9 +28,7 @@ import java.util.Objects;
 import java.util.Optional;
 import java.util.Set;
 import java.util.UUID;
-import java.util.concurrent.CompletableFuture;
 import java.util.concurrent.ConcurrentHashMap;
-import java.util.concurrent.ExecutionException;
 import java.util.concurrent.ExecutorService;
 import java.util.concurrent.Executors;
 import java.util.concurrent.ScheduledThreadPoolExecutor;
@@ -264,53 +256,7 @@ public final class LockdClient implements AutoCloseable {
             .setOwner(owner)
             .setTtl(proto(options.ttl() != null ? options.ttl() : defaultTtl))
             .build();
-    long failingSince = 0;
-    long backoff = TimeUnit.MILLISECONDS.toNanos(25);
-    while (true) {
-      if (transport.isShutdown()) {
-        throw new LockdException("Campaign " + name, Status.CANCELLED.withDescription("the client is closed"));
-      }
-      int target = transport.current();
-      Leadership l = new Leadership(this, transport, name);
-      CompletableFuture<io.lockd.v1.Leader> elected = l.begin(target, req);
-      io.lockd.v1.Leader first;
-      try {
-        first = elected.get();
-      } catch (InterruptedException e) {
-        l.abandon("interrupted"); // closing the stream resigns a leadership won meanwhile
-        throw e;
-      } catch (ExecutionException e) {
-        Status st = Status.fromThrowable(e.getCause());
-        if (st.getCode() != Status.Code.UNAVAILABLE) {
-          throw new LockdException("Campaign " + name + " on " + transport.targets.get(target), st);
-        }
-        // The replica went away while the candidate waited: wait on the next one, under the same
-        // owner, so a leadership won on the first but not reported is taken up, not waited out.
-        transport.failed(target);
-        long now = System.nanoTime();
-        if (failingSince == 0) {
-          failingSince = now;
-        } else if (now - failingSince > transport.retryTimeoutNanos) {
-          throw new LockdException("Campaign " + name + " (retries exhausted)", st);
-        }
-        TimeUnit.NANOSECONDS.sleep(backoff);
-        backoff = Math.min(backoff * 2, TimeUnit.SECONDS.toNanos(1));
-        continue;
-      }
-      leading.add(l);
-      try {
-        l.elected(first);
-      } catch (InterruptedException | RuntimeException e) {
-        l.abandon("not confirmed");
-        forget(l);
-        throw e;
-      }
-      LeaseLostException lost = l.lostWith();
-      if (lost != null) {
-        throw lost;
-      }
-      return l;
-    }
+    return Leadership.campaign(this, transport, req, leading::add);
   }
 
   /** The current leader of the election name; empty when it has none. */
@@ -641,33 +587,7 @@ public final class LockdClient implements AutoCloseable {
     }
 
     private SslContext sslContext() {
-      if (!tls) {
-        return null;
-      }
-      try {
-        return material(GrpcSslContexts.forClient()).build();
-      } catch (UnsupportedOperationException noAlpn) {
-        // Debian's netty lacks the JDK ALPN negotiator: use the JDK engine with ALPN directly.
-        try {
-          SslContext base =
-              material(SslContextBuilder.forClient().sslProvider(SslProvider.JDK)).build();
-          return JdkAlpnRestored.client((JdkSslContext) base, List.of("h2"));
-        } catch (IOException e) {
-          throw new UncheckedIOException("TLS setup: " + e.getMessage(), e);
-        }
-      } catch (IOException e) {
-        throw new UncheckedIOException("TLS setup: " + e.getMessage(), e);
-      }
-    }
-
-    private SslContextBuilder material(SslContextBuilder b) {
-      if (trust != null) {
-        b.trustManager(trust.toFile());
-      }
-      if (clientCert != null) {
-        b.keyManager(clientCert.toFile(), clientKey.toFile());
-      }
-      return b;
+      return tls ? ClientTls.context(trust, clientCert, clientKey) : null;
     }
 
     private static Duration positive(Duration d, String what) {
