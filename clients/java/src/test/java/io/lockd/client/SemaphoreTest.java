@@ -99,7 +99,7 @@ class SemaphoreTest {
           new Processes.Server(
               List.of(
                   Processes.lockdBinary().toString(), "lock", "--addr=" + lockd.addr, "-n", "1",
-                  "--ttl=30s", k, "--", "sh", "-c", "touch " + up + "; sleep 600"),
+                  "--ttl=30s", k, "--", "sh", "-c", "touch " + up + "; exec sleep 600"),
               "holder") {};
       try (holder) {
         Processes.Server.waitUntil("lockd lock -n 1", holder, () -> Files.exists(up));
