@@ -234,7 +234,7 @@ func (c *Client) Campaign(ctx context.Context, name, value string, opts ...LockO
 		}
 		// Closing the stream resigns a leadership won as ctx ended.
 		cancel()
-		if c.closed.Load() {
+		if c.ctx.Err() != nil {
 			return nil, ErrClosed
 		}
 		if err == nil || ctx.Err() != nil {

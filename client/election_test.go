@@ -320,3 +320,43 @@ func TestElectionRun(t *testing.T) {
 		t.Fatalf("Leader after both Runs ended = %v, want ErrNoLeader", err)
 	}
 }
+
+// TestCloseEndsCampaignsAndObservers closes a client with an observer
+// whose context never ends and a candidate waiting: Close returns, the
+// channel closes, and the waiting Campaign gives up with ErrClosed.
+func TestCloseEndsCampaignsAndObservers(t *testing.T) {
+	t.Parallel()
+	r := startReplica(t, redistest.Start(t))
+	holder := newClient(t, []string{r.addr})
+	c, err := client.New([]string{r.addr})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx := timeout(t, time.Minute)
+	if _, err := holder.Campaign(ctx, "c/close", "holder"); err != nil {
+		t.Fatal(err)
+	}
+	states, err := c.Observe(context.Background(), "c/close")
+	if err != nil {
+		t.Fatal(err)
+	}
+	<-states
+	waiting := goCampaign(context.Background(), c, "c/close", "waiting")
+	closed := make(chan error, 1)
+	go func() { closed <- c.Close() }()
+	select {
+	case <-closed:
+	case <-ctx.Done():
+		t.Fatal("Close did not return")
+	}
+	for range states {
+	}
+	select {
+	case w := <-waiting:
+		if !errors.Is(w.err, client.ErrClosed) {
+			t.Fatalf("Campaign on a closed client = %v, want ErrClosed", w.err)
+		}
+	case <-ctx.Done():
+		t.Fatal("the waiting Campaign did not end")
+	}
+}

@@ -27,8 +27,13 @@ type Observation struct {
 // answers for the client's retry bound; Observe returns the error of a
 // first state it could not get (a bad name, say).
 func (c *Client) Observe(ctx context.Context, name string) (<-chan Observation, error) {
+	// The observer ends with the client too.
+	ctx, cancel := context.WithCancel(ctx)
+	unhook := context.AfterFunc(c.ctx, cancel)
 	st, first, err := c.observe(ctx, name)
 	if err != nil {
+		unhook()
+		cancel()
 		return nil, err
 	}
 	out := make(chan Observation, 1)
@@ -36,6 +41,8 @@ func (c *Client) Observe(ctx context.Context, name string) (<-chan Observation, 
 	go func() {
 		defer c.wg.Done()
 		defer close(out)
+		defer unhook()
+		defer cancel()
 		o := &observer{out: out}
 		o.offer(first)
 		pause := 50 * time.Millisecond
@@ -48,7 +55,7 @@ func (c *Client) Observe(ctx context.Context, name string) (<-chan Observation, 
 				o.offer(m)
 				pause = 50 * time.Millisecond
 			}
-			if ctx.Err() != nil || c.ctx.Err() != nil {
+			if ctx.Err() != nil {
 				return
 			}
 			// The stream broke (a replica went away): follow on the next

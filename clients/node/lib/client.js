@@ -33,6 +33,7 @@ class LockdClient {
     this._ownerPrefix = `${os.hostname()}:${process.pid}`;
     this._open = new Set();
     this._leading = new Set();
+    this._observers = new Set();
   }
 
   /**
@@ -225,6 +226,8 @@ class LockdClient {
    */
   observe(name) {
     const o = new ElectionObserver(this._transport, name);
+    this._observers.add(o);
+    o.on('closed', () => this._observers.delete(o));
     // Listeners attach after this returns; the first state comes later.
     process.nextTick(() => o._open());
     return o;
@@ -249,8 +252,9 @@ class LockdClient {
     return { accessToken: r.accessToken, expireTime: date(r.expireTime) };
   }
 
-  /** close resigns every leadership, releases every lease still open and closes the connections. */
+  /** close stops every observer, resigns every leadership, releases every lease still open and closes the connections. */
   async close() {
+    for (const o of this._observers) o.close();
     await Promise.all([...this._leading].map((l) => l.resign().catch(() => {})));
     await Promise.all([...this._open].map((l) => l.release()));
     for (const l of this._open) l._abandon();

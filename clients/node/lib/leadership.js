@@ -242,13 +242,15 @@ class ElectionObserver extends EventEmitter {
     this._closed = true;
     this._stream++;
     this._call?.cancel();
+    this.emit('closed');
   }
 
   /** @internal */
   _open() {
+    const t = this._transport;
+    if (t.closed) this._closed = true;
     if (this._closed) return;
     const id = ++this._stream;
-    const t = this._transport;
     const target = t.current;
     const call = t.elections[target].Observe({ name: this.name }, t.metadata());
     this._call = call;
