@@ -37,7 +37,11 @@ func (c *Client) Acquire(ctx context.Context, req Request) (Result, error) {
 	if !ownerGiven {
 		req.Owner = "lockd-" + newID()
 	}
-	a := &attempt{c: c, ks: c.keys(req.Key), req: req, ownerGiven: ownerGiven, leaseID: newID(), id: newAttemptID(), start: time.Now()}
+	leaseID := newID()
+	if req.NewLeaseID != nil {
+		leaseID = req.NewLeaseID()
+	}
+	a := &attempt{c: c, ks: c.keys(req.Key), req: req, ownerGiven: ownerGiven, leaseID: leaseID, id: newAttemptID(), start: time.Now()}
 
 	if req.Wait <= 0 {
 		res, err := a.try(ctx, 0)
