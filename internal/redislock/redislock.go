@@ -153,7 +153,8 @@ type Request struct {
 	// re-enters its lease. Empty means a fresh, unique owner.
 	Owner string
 	// NewLeaseID, when set, makes the id a new lease of this call would
-	// get (a re-entry keeps its lease's id); called once per call. Nil
+	// get (a re-entry keeps its lease's id); called once per call, and
+	// again when a grant's reply came too late to be used. Nil
 	// means 128 fresh random bits. Its ids must be unguessable and never
 	// repeat: a lease id is all it takes to release a lease. Callers use it
 	// to bind lease ids to something of their own, such as the client a
