@@ -51,8 +51,8 @@ type brokers struct {
 	retired sync.WaitGroup
 }
 
-func newBrokers(ctx context.Context, log *slog.Logger, b *token.Broker) *brokers {
-	bs := &brokers{ctx: ctx, log: log, tokens: service.NewTokenServer(b, log), quit: make(chan struct{})}
+func newBrokers(ctx context.Context, log *slog.Logger, b *token.Broker, maxWatches int) *brokers {
+	bs := &brokers{ctx: ctx, log: log, tokens: service.NewTokenServer(b, log, service.WithMaxWatches(maxWatches)), quit: make(chan struct{})}
 	bs.current, bs.stop = b, bs.refresh(b)
 	return bs
 }

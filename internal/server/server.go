@@ -245,7 +245,7 @@ func Run(ctx context.Context, cfg Config) error {
 	if err != nil {
 		return err
 	}
-	tokens := newBrokers(bgCtx, log, broker)
+	tokens := newBrokers(bgCtx, log, broker, cfg.Limits.MaxWatches)
 	defer tokens.close()
 	reloads := &reloader{log: log, load: cfg.LoadConfig, authn: authn, brokers: tokens, rdb: rdb, opts: tokenOpts, metrics: sec}
 	reloadCtx, stopReloads := context.WithCancel(ctx)
