@@ -3,8 +3,10 @@ package service
 import (
 	"context"
 	"errors"
+	"fmt"
 	"log/slog"
 	"maps"
+	"strings"
 	"sync/atomic"
 
 	"google.golang.org/genproto/googleapis/rpc/errdetails"
@@ -216,6 +218,20 @@ func (s *TokenServer) WatchAccessToken(req *lockdv1.WatchAccessTokenRequest, str
 	return s.status(ctx, req.GetApp(), err)
 }
 
+// public is err's message as callers may read it: a transport failure's
+// network detail (addresses, DNS names, resolvers) goes to the log only.
+func (s *TokenServer) public(ctx context.Context, app string, err error, we *wechat.Error) string {
+	msg := err.Error()
+	if we == nil || !we.Transport {
+		return msg
+	}
+	s.log.DebugContext(ctx, "token: upstream unreachable", "app", app, "err", err)
+	if full := we.Error(); strings.Contains(msg, full) {
+		return strings.ReplaceAll(msg, full, we.Public())
+	}
+	return fmt.Sprintf("token: app %q: %s", app, we.Public())
+}
+
 func validApp(app string) error {
 	if app == "" {
 		return invalid("app must not be empty")
@@ -286,7 +302,7 @@ func (s *TokenServer) status(ctx context.Context, app string, err error) error {
 	if errors.As(err, &te) && te.RetryAfter > 0 {
 		details = append(details, &errdetails.RetryInfo{RetryDelay: durationpb.New(te.RetryAfter)})
 	}
-	st := status.New(code, err.Error())
+	st := status.New(code, s.public(ctx, app, err, we))
 	if withDetails, derr := st.WithDetails(details...); derr == nil {
 		st = withDetails
 	}
