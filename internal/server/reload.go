@@ -117,6 +117,7 @@ type reloader struct {
 	rdb     redis.UniversalClient
 	opts    token.Options
 	metrics *telemetry.SecurityMetrics
+	audit   audit
 }
 
 // reload loads and applies the configuration file once.
@@ -171,6 +172,11 @@ func (r *reloader) watch(ctx context.Context, reloads <-chan struct{}) {
 		case <-ctx.Done():
 			return
 		case <-reloads:
+			// The audit log is opened again first, with or without a
+			// configuration file: logrotate renames it and sends SIGHUP.
+			if err := r.audit.reopen(); err != nil {
+				r.log.Error("could not open the audit log again; it goes on in the file open so far", "err", err)
+			}
 			r.log.Info("reloading the configuration")
 			r.reload()
 		}

@@ -153,11 +153,11 @@ func Run(ctx context.Context, cfg Config) error {
 	if cfg.Stderr == nil {
 		cfg.Stderr = os.Stderr
 	}
-	auditLog, closeAudit, err := openAudit(cfg.AuditLog, cfg.AuditLevel, cfg.Stderr)
+	auditLog, err := openAudit(cfg.AuditLog, cfg.AuditLevel, cfg.Stderr)
 	if err != nil {
 		return err
 	}
-	defer closeAudit()
+	defer auditLog.close()
 
 	tel, err := telemetry.Setup(ctx, telemetry.Options{ServiceName: "lockd", ServiceVersion: cfg.Version, Logger: log, Global: true})
 	if err != nil {
@@ -234,8 +234,8 @@ func Run(ctx context.Context, cfg Config) error {
 		log.Warn("could not prepare lockd's data-loss markers yet; lock calls will", "err", err)
 	}
 	lockOpts := []service.Option{}
-	if auditLog != nil {
-		lockOpts = append(lockOpts, service.WithAudit(auditLog))
+	if auditLog.log != nil {
+		lockOpts = append(lockOpts, service.WithAudit(auditLog.log))
 	}
 	locks := service.NewLockServer(engine, cfg.Limits, log, lockOpts...)
 	tel.RegisterKeepAliveStreams(locks.KeepAliveStreams)
@@ -247,7 +247,7 @@ func Run(ctx context.Context, cfg Config) error {
 	}
 	tokens := newBrokers(bgCtx, log, broker, cfg.Limits.MaxWatches)
 	defer tokens.close()
-	reloads := &reloader{log: log, load: cfg.LoadConfig, authn: authn, brokers: tokens, rdb: rdb, opts: tokenOpts, metrics: sec}
+	reloads := &reloader{log: log, load: cfg.LoadConfig, authn: authn, brokers: tokens, rdb: rdb, opts: tokenOpts, metrics: sec, audit: auditLog}
 	reloadCtx, stopReloads := context.WithCancel(ctx)
 	reloadsDone := make(chan struct{})
 	go func() {
