@@ -118,6 +118,8 @@ type reloader struct {
 	opts    token.Options
 	metrics *telemetry.SecurityMetrics
 	audit   audit
+	// secretFlags are checked again on each reload (see secretFlags.warn).
+	secretFlags secretFlags
 }
 
 // reload loads and applies the configuration file once.
@@ -178,6 +180,7 @@ func (r *reloader) watch(ctx context.Context, reloads <-chan struct{}) {
 				r.log.Error("could not open the audit log again; it goes on in the file open so far", "err", err)
 			}
 			r.log.Info("reloading the configuration")
+			r.secretFlags.warn(r.log)
 			r.reload()
 		}
 	}

@@ -181,6 +181,7 @@ func Run(ctx context.Context, cfg Config) error {
 			log.Warn("config: " + w)
 		}
 	}
+	secretFlagsOf(cfg).warn(log)
 	// Refusals are logged as a summary per interval, so that a flood of
 	// them does not flood the log.
 	bgCtx, stopBackground := context.WithCancel(ctx)
@@ -247,7 +248,7 @@ func Run(ctx context.Context, cfg Config) error {
 	}
 	tokens := newBrokers(bgCtx, log, broker, cfg.Limits.MaxWatches)
 	defer tokens.close()
-	reloads := &reloader{log: log, load: cfg.LoadConfig, authn: authn, brokers: tokens, rdb: rdb, opts: tokenOpts, metrics: sec, audit: auditLog}
+	reloads := &reloader{log: log, load: cfg.LoadConfig, authn: authn, brokers: tokens, rdb: rdb, opts: tokenOpts, metrics: sec, audit: auditLog, secretFlags: secretFlagsOf(cfg)}
 	reloadCtx, stopReloads := context.WithCancel(ctx)
 	reloadsDone := make(chan struct{})
 	go func() {
