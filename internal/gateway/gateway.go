@@ -112,9 +112,10 @@ type Gateway struct {
 }
 
 // Start serves the services of gs over HTTP/JSON on opts.Listen. gs must
-// have its services registered; it additionally serves the gateway's
-// in-memory connections, so its credentials must come from Credentials when
-// it serves TLS. The gateway stops with Shutdown, or when gs stops.
+// have its services registered and ServerOptions among its options; it
+// additionally serves the gateway's in-memory connections, so its
+// credentials must come from Credentials when it serves TLS. The gateway
+// stops with Shutdown, or when gs stops.
 func Start(gs *grpc.Server, opts Options) (*Gateway, error) {
 	log := opts.Logger
 	if log == nil {
@@ -200,6 +201,8 @@ func handler(conns *tenants, guard *browserGuard) (http.Handler, error) {
 		// may be sent with its slashes as they are or escaped.
 		runtime.WithUnescapingMode(runtime.UnescapingModeAllCharacters),
 		runtime.WithIncomingHeaderMatcher(incomingHeader),
+		// The HTTP caller's address, for lockd's logs (see callerPeer).
+		runtime.WithMetadata(callerMetadata),
 		// lockd sends no response metadata worth an HTTP header.
 		runtime.WithOutgoingHeaderMatcher(func(string) (string, bool) { return "", false }),
 		runtime.WithDisablePathLengthFallback(),

@@ -274,6 +274,10 @@ func Run(ctx context.Context, cfg Config) error {
 		// Calls without a known token are refused as their headers
 		// arrive, before they cost a goroutine or a buffer.
 		grpc.InTapHandle(newGate(authn, cfg.Transport.MaxHealthStreams, refused).tap))
+	if cfg.GatewayListen != "" {
+		// Calls through the gateway carry their HTTP caller's address.
+		opts = append(opts, gateway.ServerOptions()...)
+	}
 	opts = append(opts, cfg.Transport.serverOptions()...)
 	opts = append(opts, tel.GRPCServerOptions()...)
 	gs := grpc.NewServer(append(opts, interceptors(log, authn)...)...)
