@@ -111,11 +111,13 @@ type Gateway struct {
 	done    chan struct{}
 }
 
-// Start serves the services of gs over HTTP/JSON on opts.Listen. gs must
-// have its services registered and ServerOptions among its options; it
-// additionally serves the gateway's in-memory connections, so its
-// credentials must come from Credentials when it serves TLS. The gateway
-// stops with Shutdown, or when gs stops.
+// Start serves the services of gs over HTTP/JSON on opts.Listen. gs serves
+// the gateway's in-memory connections: lockd's services registered on it,
+// with ServerOptions among its options, credentials from Credentials when
+// it serves TLS, and no --max-connection-age (the in-memory connections are
+// lockd's own, one per client: moving them to another replica is no use,
+// and an age would cut long HTTP streams). It may be lockd's own server
+// where no age is set. The gateway stops with Shutdown, or when gs stops.
 func Start(gs *grpc.Server, opts Options) (*Gateway, error) {
 	log := opts.Logger
 	if log == nil {

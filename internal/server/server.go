@@ -14,6 +14,8 @@ import (
 	"net/http"
 	"os"
 	"runtime"
+	"slices"
+	"sync"
 	"time"
 
 	"github.com/redis/go-redis/v9"
@@ -267,29 +269,36 @@ func Run(ctx context.Context, cfg Config) error {
 	lis = cfg.Transport.listener(lis)
 	// Handlers finish their cleanup (queued writers withdrawn, holds given
 	// back) before the engine and Redis close, even after a forced Stop.
-	opts := append(creds, grpc.WaitForHandlers(true),
-		// Reused handler goroutines keep their grown stacks: a fresh
-		// goroutine per call spends a tenth of the CPU growing its stack.
-		grpc.NumStreamWorkers(uint32(runtime.GOMAXPROCS(0))),
-		// Calls without a known token are refused as their headers
-		// arrive, before they cost a goroutine or a buffer.
-		grpc.InTapHandle(newGate(authn, cfg.Transport.MaxHealthStreams, refused).tap))
-	if cfg.GatewayListen != "" {
-		// Calls through the gateway carry their HTTP caller's address.
-		opts = append(opts, gateway.ServerOptions()...)
-	}
-	opts = append(opts, cfg.Transport.serverOptions()...)
-	opts = append(opts, tel.GRPCServerOptions()...)
-	gs := grpc.NewServer(append(opts, interceptors(log, authn)...)...)
-	lockdv1.RegisterLockServiceServer(gs, locks)
-	lockdv1.RegisterTokenServiceServer(gs, tokens.tokens)
-	lockdv1.RegisterElectionServiceServer(gs, service.NewElectionServer(locks))
-	lockdv1.RegisterSemaphoreServiceServer(gs, service.NewSemaphoreServer(locks))
+	gate := newGate(authn, cfg.Transport.MaxHealthStreams, refused)
 	hs := health.NewServer()
-	healthpb.RegisterHealthServer(gs, hs)
-	if cfg.Reflection {
-		reflection.Register(gs)
+	elections, semaphores := service.NewElectionServer(locks), service.NewSemaphoreServer(locks)
+	// newServer returns a gRPC server of lockd's services on transport t,
+	// with extra options.
+	newServer := func(t Transport, extra ...grpc.ServerOption) *grpc.Server {
+		opts := append(slices.Clone(creds), grpc.WaitForHandlers(true),
+			// Reused handler goroutines keep their grown stacks: a fresh
+			// goroutine per call spends a tenth of the CPU growing its
+			// stack.
+			grpc.NumStreamWorkers(uint32(runtime.GOMAXPROCS(0))),
+			// Calls without a known token are refused as their headers
+			// arrive, before they cost a goroutine or a buffer.
+			grpc.InTapHandle(gate.tap))
+		opts = append(opts, extra...)
+		opts = append(opts, t.serverOptions()...)
+		opts = append(opts, tel.GRPCServerOptions()...)
+		gs := grpc.NewServer(append(opts, interceptors(log, authn)...)...)
+		lockdv1.RegisterLockServiceServer(gs, locks)
+		lockdv1.RegisterTokenServiceServer(gs, tokens.tokens)
+		lockdv1.RegisterElectionServiceServer(gs, elections)
+		lockdv1.RegisterSemaphoreServiceServer(gs, semaphores)
+		healthpb.RegisterHealthServer(gs, hs)
+		if cfg.Reflection {
+			reflection.Register(gs)
+		}
+		return gs
 	}
+	gs := newServer(cfg.Transport)
+	servers := []*grpc.Server{gs}
 
 	watchCtx, stopWatch := context.WithCancel(ctx)
 	defer stopWatch()
@@ -297,7 +306,14 @@ func Run(ctx context.Context, cfg Config) error {
 
 	addrs := Addrs{GRPC: lis.Addr().String()}
 	if cfg.GatewayListen != "" {
-		gw, err := gateway.Start(gs, gateway.Options{Listen: cfg.GatewayListen, TLS: gatewayTLS, Logger: log,
+		// The gateway's in-memory connections, one per client, are
+		// lockd's own: they get a server of their own without
+		// --max-connection-age, whose grace would cut long HTTP streams.
+		pipeTransport := cfg.Transport
+		pipeTransport.MaxConnectionAge, pipeTransport.MaxConnectionAgeGrace = 0, 0
+		pipe := newServer(pipeTransport, gateway.ServerOptions()...)
+		servers = append(servers, pipe)
+		gw, err := gateway.Start(pipe, gateway.Options{Listen: cfg.GatewayListen, TLS: gatewayTLS, Logger: log,
 			Authenticated: authn.Enabled, Hosts: cfg.GatewayHosts, Identify: authn.Identify, MaxConnections: cfg.Transport.MaxConnections})
 		if err != nil {
 			lis.Close()
@@ -360,14 +376,20 @@ func Run(ctx context.Context, cfg Config) error {
 	tokens.tokens.Drain()
 	stopped := make(chan struct{})
 	go func() {
-		gs.GracefulStop()
+		var wg sync.WaitGroup
+		for _, s := range servers {
+			wg.Go(s.GracefulStop)
+		}
+		wg.Wait()
 		close(stopped)
 	}()
 	select {
 	case <-stopped:
 	case <-time.After(cfg.ShutdownTimeout):
 		log.Warn("graceful stop timed out; stopping", "timeout", cfg.ShutdownTimeout)
-		gs.Stop()
+		for _, s := range servers {
+			s.Stop()
+		}
 	}
 	if httpSrv != nil {
 		sctx, cancel := context.WithTimeout(context.Background(), time.Second)
