@@ -240,10 +240,11 @@ type failureRecord struct {
 	HTTPStatus int    `json:"http_status,omitempty"`
 	Endpoint   string `json:"endpoint"`
 	Detail     string `json:"detail,omitempty"`
+	Transport  bool   `json:"transport,omitempty"`
 }
 
 func encodeFailure(e *wechat.Error) string {
-	r := failureRecord{Class: e.Class.String(), Errcode: e.Errcode, Errmsg: e.Errmsg, HTTPStatus: e.HTTPStatus, Endpoint: e.Endpoint}
+	r := failureRecord{Class: e.Class.String(), Errcode: e.Errcode, Errmsg: e.Errmsg, HTTPStatus: e.HTTPStatus, Endpoint: e.Endpoint, Transport: e.Transport}
 	if e.Err != nil {
 		r.Detail = e.Err.Error()
 	}
@@ -256,7 +257,7 @@ func decodeFailure(s string) *wechat.Error {
 	if err := json.Unmarshal([]byte(s), &r); err != nil {
 		return &wechat.Error{Class: wechat.ClassUnavailable, Err: errors.New("unreadable failure record")}
 	}
-	e := &wechat.Error{Errcode: r.Errcode, Errmsg: r.Errmsg, HTTPStatus: r.HTTPStatus, Endpoint: r.Endpoint}
+	e := &wechat.Error{Errcode: r.Errcode, Errmsg: r.Errmsg, HTTPStatus: r.HTTPStatus, Endpoint: r.Endpoint, Transport: r.Transport}
 	switch r.Class {
 	case wechat.ClassCredentials.String():
 		e.Class = wechat.ClassCredentials
