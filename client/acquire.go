@@ -16,7 +16,8 @@ import (
 
 var (
 	// ErrNotAcquired is matched (errors.Is) by the error of an Acquire that
-	// did not get the lock in time; see NotAcquiredError.
+	// did not get the lock in time, or of an AcquirePermit that got no
+	// permit; see NotAcquiredError.
 	ErrNotAcquired = errors.New("client: lock not acquired")
 	// ErrLost is matched by the error of a lease that was lost: its stream
 	// ended with NOT_FOUND, or no renewal was confirmed before it would run
@@ -26,8 +27,8 @@ var (
 	ErrReleased = errors.New("client: lease already released")
 )
 
-// NotAcquiredError tells that the lock was held by others until the wait
-// ended.
+// NotAcquiredError tells that the lock (or every permit of a semaphore)
+// was held by others until the wait ended.
 type NotAcquiredError struct {
 	// Key is the lock's name.
 	Key string
