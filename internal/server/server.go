@@ -280,6 +280,7 @@ func Run(ctx context.Context, cfg Config) error {
 	lockdv1.RegisterTokenServiceServer(gs, tokens.tokens)
 	lockdv1.RegisterElectionServiceServer(gs, service.NewElectionServer(locks))
 	lockdv1.RegisterSemaphoreServiceServer(gs, service.NewSemaphoreServer(locks))
+	lockdv1.RegisterAdminServiceServer(gs, service.NewAdminServer(locks, tokens.tokens))
 	hs := health.NewServer()
 	healthpb.RegisterHealthServer(gs, hs)
 	if cfg.Reflection {
