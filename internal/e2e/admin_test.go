@@ -2,6 +2,7 @@ package e2e
 
 import (
 	"context"
+	"encoding/json"
 	"fmt"
 	"strings"
 	"testing"
@@ -136,4 +137,50 @@ func adminOnTopology(t *testing.T, lc lockdv1.LockServiceClient, ec lockdv1.Elec
 			break
 		}
 	}
+}
+
+// TestInspect runs lockd inspect against a lockd: a held key in human form
+// and as JSON, a free key, and a key the caller may not see.
+func TestInspect(t *testing.T) {
+	t.Parallel()
+	p := startLockd(t, nil)
+	lc := lockdv1.NewLockServiceClient(p.dial(t))
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	held, err := lc.Acquire(ctx, &lockdv1.AcquireRequest{Key: "orders/42", Owner: "worker-1", Ttl: durationpb.New(time.Minute)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	r := startCLI(t, t.TempDir(), nil, "inspect", "--addr="+p.addr, "orders/42")
+	r.wantExit(t, 0)
+	out := r.out.String()
+	for _, want := range []string{"key:      orders/42", "kind:     lock", "worker-1: write, hold_count 1, fencing_token " + fmt.Sprint(held.GetLease().GetFencingToken()), "expires in ", "waiting:  0 writer(s)"} {
+		if !strings.Contains(out, want) {
+			t.Errorf("lockd inspect printed %q, lacking %q", out, want)
+		}
+	}
+	if strings.Contains(out, held.GetLease().GetLeaseId()) {
+		t.Errorf("lockd inspect printed the lease id: %s", out)
+	}
+	r = startCLI(t, t.TempDir(), nil, "inspect", "--json", "--addr="+p.addr, "orders/42")
+	r.wantExit(t, 0)
+	var got struct {
+		Key     string `json:"key"`
+		Kind    string `json:"kind"`
+		Holders []struct {
+			Owner        string `json:"owner"`
+			FencingToken string `json:"fencingToken"`
+		} `json:"holders"`
+	}
+	if err := json.Unmarshal([]byte(r.out.String()), &got); err != nil || got.Key != "orders/42" || got.Kind != "LOCK_KIND_LOCK" ||
+		len(got.Holders) != 1 || got.Holders[0].Owner != "worker-1" || got.Holders[0].FencingToken != fmt.Sprint(held.GetLease().GetFencingToken()) {
+		t.Errorf("lockd inspect --json printed %s (%v)", r.out, err)
+	}
+	r = startCLI(t, t.TempDir(), nil, "inspect", "--addr="+p.addr, "orders/43")
+	r.wantExit(t, 0)
+	if !strings.Contains(r.out.String(), "free (nobody holds it)") {
+		t.Errorf("lockd inspect of a free key printed %s", r.out)
+	}
+	startCLI(t, t.TempDir(), nil, "inspect", "--addr="+p.addr).wantExit(t, 2)
+	startCLI(t, t.TempDir(), nil, "inspect", "--addr="+p.addr, "").wantExit(t, 1)
 }
