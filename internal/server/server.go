@@ -26,6 +26,7 @@ import (
 	lockdv1 "github.com/lockd/lockd/gen/lockd/v1"
 	"github.com/lockd/lockd/internal/auth"
 	"github.com/lockd/lockd/internal/config"
+	"github.com/lockd/lockd/internal/adminui"
 	"github.com/lockd/lockd/internal/gateway"
 	"github.com/lockd/lockd/internal/httpbound"
 	"github.com/lockd/lockd/internal/redislock"
@@ -317,7 +318,16 @@ func Run(ctx context.Context, cfg Config) error {
 		addrs.HTTP = hl.Addr().String()
 		// Anyone who reaches the port may connect: connections, headers
 		// and idle keep-alives are bounded as the gateway's are.
-		httpSrv = &http.Server{Handler: httpHandler(hs, tel.MetricsHandler()), ReadHeaderTimeout: 5 * time.Second,
+		uiConn, closeUI, err := gateway.InProcess(gs)
+		if err != nil {
+			hl.Close()
+			lis.Close()
+			return err
+		}
+		defer func() { _ = closeUI() }()
+		ui := adminui.Handler(adminui.Options{Admin: lockdv1.NewAdminServiceClient(uiConn), Authenticated: authn.Enabled,
+			IsAdmin: authn.IsAdminToken, Hosts: cfg.GatewayHosts})
+		httpSrv = &http.Server{Handler: httpHandler(hs, tel.MetricsHandler(), ui), ReadHeaderTimeout: 5 * time.Second,
 			IdleTimeout: gateway.IdleTimeout, WriteTimeout: gateway.WriteTimeout, MaxHeaderBytes: gateway.MaxHeaderBytes,
 			ErrorLog: slog.NewLogLogger(log.Handler(), slog.LevelDebug)}
 		hl = httpbound.Limit(httpSrv, hl, cfg.Transport.MaxConnections)
