@@ -205,7 +205,7 @@ func TestAdminPageInChromium(t *testing.T) {
 		}
 	}
 	errorShows := func(text string) chromedp.Action[chromedp.Void] {
-		return chromedp.WaitVisible(chromedp.Search(`//span[@id="status" and @class="error" and contains(., "`+text+`")]`))
+		return chromedp.WaitVisible(chromedp.Search(`//span[@id="status" and @class="error" and contains(., "` + text + `")]`))
 	}
 	step("load the page", chromedp.Navigate(l.http+"/ui"), errorShows("enter an admin client's bearer token"))
 	step("another client's token", chromedp.SendKeys(chromedp.ID("token"), ordersToken), chromedp.Click(chromedp.ID("save")),

@@ -24,9 +24,9 @@ import (
 	"google.golang.org/grpc/reflection"
 
 	lockdv1 "github.com/lockd/lockd/gen/lockd/v1"
+	"github.com/lockd/lockd/internal/adminui"
 	"github.com/lockd/lockd/internal/auth"
 	"github.com/lockd/lockd/internal/config"
-	"github.com/lockd/lockd/internal/adminui"
 	"github.com/lockd/lockd/internal/gateway"
 	"github.com/lockd/lockd/internal/httpbound"
 	"github.com/lockd/lockd/internal/redislock"
