@@ -13,6 +13,7 @@ import (
 	"google.golang.org/protobuf/types/known/durationpb"
 
 	lockdv1 "github.com/lockd/lockd/gen/lockd/v1"
+	"github.com/lockd/lockd/internal/faults"
 	"github.com/lockd/lockd/internal/redistest"
 )
 
@@ -128,6 +129,18 @@ func adminOnTopology(t *testing.T, lc lockdv1.LockServiceClient, ec lockdv1.Elec
 	next, err := lc.Acquire(ctx, &lockdv1.AcquireRequest{Key: "topo/stuck", Owner: "next", WaitTimeout: durationpb.New(30 * time.Second)})
 	if err != nil || !next.GetAcquired() || next.GetLease().GetFencingToken() <= held.GetLease().GetFencingToken() {
 		t.Fatalf("the next writer = %v, %v", next, err)
+	}
+	// A resource that checks fencing tokens: the evicted holder's writes
+	// are refused once the next holder wrote.
+	var res faults.Fenced
+	if !res.Write("topo/stuck", "evicted", held.GetLease().GetFencingToken()) {
+		t.Fatal("the first write was refused")
+	}
+	if !res.Write("topo/stuck", "next", next.GetLease().GetFencingToken()) {
+		t.Fatal("the next holder's write was refused")
+	}
+	if res.Write("topo/stuck", "evicted", held.GetLease().GetFencingToken()) {
+		t.Fatal("the evicted holder's write was accepted after the next holder's")
 	}
 	for {
 		if _, err := ka.Recv(); err != nil {

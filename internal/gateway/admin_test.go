@@ -46,6 +46,10 @@ func TestAdminEndpoints(t *testing.T) {
 	if r.get("app", "hasToken") != true || r.str("app", "mintsToday") != "1" || r.get("app", "accessToken") != nil {
 		t.Fatalf("DescribeApp: %s", r.raw)
 	}
+	r = s.call(t, http.MethodGet, "/v1/admin/apps/mp", opsToken, "")
+	if code, _ := r.grpcStatus(); r.status != http.StatusForbidden || code != int(codes.PermissionDenied) {
+		t.Fatalf("DescribeApp of another client's app: HTTP %d %s", r.status, r.raw)
+	}
 	r = s.call(t, http.MethodGet, "/v1/admin/apps", opsToken, "").ok(t, "list apps")
 	if apps, _ := r.get("apps").([]any); len(apps) != 0 {
 		t.Fatalf("ListApps of a client without apps: %s", r.raw)
