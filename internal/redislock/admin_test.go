@@ -132,6 +132,35 @@ func contractForceRelease(t *testing.T, b backend) {
 		t.Fatalf("evicted Renew: %v, want ErrNotHeld", err)
 	}
 
+	// The waiters are woken by the release itself: with re-checks
+	// pushed out of reach and a lease of ten minutes, only the wake-up can
+	// let the waiter in within its wait.
+	slow := b.newClient(t, redislock.Options{MaxRecheck: time.Hour})
+	mustAcquire(t, slow, redislock.Request{Key: "long", Mode: redislock.Write, Owner: "x", TTL: 10 * time.Minute})
+	woken := make(chan redislock.Result, 1)
+	go func() {
+		res, err := slow.Acquire(ctx, redislock.Request{Key: "long", Mode: redislock.Write, Owner: "y", TTL: minute, Wait: 5 * time.Minute})
+		if err != nil {
+			t.Error(err)
+		}
+		woken <- res
+	}()
+	waitUntil(t, "the writer waits for the long lease", func() bool {
+		info, err := slow.Describe(ctx, "long")
+		return err == nil && info.WaitingWriters == 1
+	})
+	if _, err := slow.ForceRelease(ctx, "long", ""); err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case res := <-woken:
+		if !res.Acquired {
+			t.Fatalf("woken waiter got %+v", res)
+		}
+	case <-time.After(45 * time.Second):
+		t.Fatal("the waiter was not woken by the force release")
+	}
+
 	// An election's leader: the election has no leader until a candidate
 	// is elected, with a higher term.
 	lead, err := c.Campaign(ctx, redislock.CampaignRequest{Name: "leader", Owner: "a", TTL: minute})
