@@ -14,6 +14,7 @@ import (
 	"time"
 
 	"github.com/redis/go-redis/v9"
+	"golang.org/x/sync/errgroup"
 )
 
 // Introspection: who holds what (Describe, List) and the administrator's
@@ -303,18 +304,30 @@ func (c *Client) List(ctx context.Context, opts ListOptions) (ListPage, error) {
 			i++
 		}
 	}
+	infos := make([]LockInfo, len(keys))
+	g, gctx := errgroup.WithContext(ctx)
+	g.SetLimit(listDescribers)
+	for i, key := range keys {
+		g.Go(func() error {
+			var err error
+			infos[i], err = c.describe(gctx, key)
+			return err
+		})
+	}
+	if err := g.Wait(); err != nil {
+		return ListPage{}, err
+	}
 	page := ListPage{Next: next}
-	for _, key := range keys {
-		info, err := c.describe(ctx, key)
-		if err != nil {
-			return ListPage{}, err
-		}
+	for _, info := range infos {
 		if info.Kind != KindNone {
 			page.Locks = append(page.Locks, info)
 		}
 	}
 	return page, nil
 }
+
+// listDescribers bounds the keys of a page described at once.
+const listDescribers = 8
 
 func encodePage(p pageCursor) string {
 	b, _ := json.Marshal(p) // cannot fail: strings and numbers
