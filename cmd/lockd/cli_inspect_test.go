@@ -1,6 +1,9 @@
 package main
 
 import (
+	"io"
+	"os"
+	"regexp"
 	"strings"
 	"testing"
 	"time"
@@ -38,6 +41,30 @@ func TestDescribeText(t *testing.T) {
 			if !strings.Contains(got, w) {
 				t.Errorf("%s: printed\n%s\nlacking %q", tc.name, got, w)
 			}
+		}
+	}
+}
+
+// TestEveryInspectFlagIsInTheReadme keeps the README's command line
+// section in step with lockd inspect's flags.
+func TestEveryInspectFlagIsInTheReadme(t *testing.T) {
+	t.Parallel()
+	readme, err := os.ReadFile("../../README.md")
+	if err != nil {
+		t.Fatal(err)
+	}
+	section := regexp.MustCompile("(?s)### The command line.*?\n## ").Find(readme)
+	var out strings.Builder
+	if code := runInspect([]string{"-help"}, func(string) string { return "" }, io.Discard, &out); code != 0 {
+		t.Fatalf("-help exited %d", code)
+	}
+	flags := regexp.MustCompile(`(?m)^  -([a-z-]+)`).FindAllStringSubmatch(out.String(), -1)
+	if len(flags) < 8 {
+		t.Fatalf("found %d flags in -help output:\n%s", len(flags), out.String())
+	}
+	for _, m := range flags {
+		if name := m[1]; !strings.Contains(string(section), "`--"+name+"`") {
+			t.Errorf("lockd inspect flag --%s has no line in README.md's command line section", name)
 		}
 	}
 }
