@@ -48,6 +48,9 @@ var services = map[string]func(context.Context, *runtime.ServeMux, grpc.ClientCo
 	lockdv1.SemaphoreService_ServiceDesc.ServiceName: func(ctx context.Context, mux *runtime.ServeMux, cc grpc.ClientConnInterface) error {
 		return lockdv1.RegisterSemaphoreServiceHandlerClient(ctx, mux, lockdv1.NewSemaphoreServiceClient(cc))
 	},
+	lockdv1.AdminService_ServiceDesc.ServiceName: func(ctx context.Context, mux *runtime.ServeMux, cc grpc.ClientConnInterface) error {
+		return lockdv1.RegisterAdminServiceHandlerClient(ctx, mux, lockdv1.NewAdminServiceClient(cc))
+	},
 }
 
 // Limits of the HTTP server. Requests are small JSON objects: the largest

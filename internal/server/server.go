@@ -26,6 +26,7 @@ import (
 	"google.golang.org/grpc/reflection"
 
 	lockdv1 "github.com/lockd/lockd/gen/lockd/v1"
+	"github.com/lockd/lockd/internal/adminui"
 	"github.com/lockd/lockd/internal/auth"
 	"github.com/lockd/lockd/internal/config"
 	"github.com/lockd/lockd/internal/gateway"
@@ -272,6 +273,7 @@ func Run(ctx context.Context, cfg Config) error {
 	gate := newGate(authn, cfg.Transport.MaxHealthStreams, refused)
 	hs := health.NewServer()
 	elections, semaphores := service.NewElectionServer(locks), service.NewSemaphoreServer(locks)
+	admin := service.NewAdminServer(locks, tokens.tokens)
 	// newServer returns a gRPC server of lockd's services on transport t,
 	// with extra options.
 	newServer := func(t Transport, extra ...grpc.ServerOption) *grpc.Server {
@@ -291,6 +293,7 @@ func Run(ctx context.Context, cfg Config) error {
 		lockdv1.RegisterTokenServiceServer(gs, tokens.tokens)
 		lockdv1.RegisterElectionServiceServer(gs, elections)
 		lockdv1.RegisterSemaphoreServiceServer(gs, semaphores)
+		lockdv1.RegisterAdminServiceServer(gs, admin)
 		healthpb.RegisterHealthServer(gs, hs)
 		if cfg.Reflection {
 			reflection.Register(gs)
@@ -337,7 +340,16 @@ func Run(ctx context.Context, cfg Config) error {
 		addrs.HTTP = hl.Addr().String()
 		// Anyone who reaches the port may connect: connections, headers
 		// and idle keep-alives are bounded as the gateway's are.
-		httpSrv = &http.Server{Handler: httpHandler(hs, tel.MetricsHandler()), ReadHeaderTimeout: 5 * time.Second,
+		uiConn, closeUI, err := gateway.InProcess(gs)
+		if err != nil {
+			hl.Close()
+			lis.Close()
+			return err
+		}
+		defer func() { _ = closeUI() }()
+		ui := adminui.Handler(adminui.Options{Admin: lockdv1.NewAdminServiceClient(uiConn), Authenticated: authn.Enabled,
+			IsAdmin: authn.IsAdminToken, Hosts: cfg.GatewayHosts})
+		httpSrv = &http.Server{Handler: httpHandler(hs, tel.MetricsHandler(), ui), ReadHeaderTimeout: 5 * time.Second,
 			IdleTimeout: gateway.IdleTimeout, WriteTimeout: gateway.WriteTimeout, MaxHeaderBytes: gateway.MaxHeaderBytes,
 			ErrorLog: slog.NewLogLogger(log.Handler(), slog.LevelDebug)}
 		hl = httpbound.Limit(httpSrv, hl, cfg.Transport.MaxConnections)

@@ -165,8 +165,10 @@ type state struct {
 	lifetime   time.Duration
 	written    time.Time
 	gen        int64
-	failure    *Error // the recorded failure while its hold lasts
-	attempts   int    // failed mints in a row
+	failure    *Error        // the recorded failure while its hold lasts
+	lastFail   *wechat.Error // the recorded failure, held or not
+	failUntil  time.Time     // when its hold ends
+	attempts   int           // failed mints in a row
 	demand     bool
 	mintsToday int64
 	verdict    verdict
@@ -224,6 +226,9 @@ func readState(reply []any, name string, at time.Time) (state, error) {
 		mintsToday: num(12),
 		verdict: verdict{hash: str(13), kind: str(14), at: ms(15), until: ms(16),
 			why: str(17), errcode: int(num(18)), count: int(num(19))},
+	}
+	if rec := str(8); rec != "" {
+		st.lastFail, st.failUntil = decodeFailure(rec), ms(9)
 	}
 	if rec, until := str(8), ms(9); rec != "" && until.After(st.now) {
 		st.failure = &Error{App: name, Err: decodeFailure(rec), RetryAfter: until.Sub(st.now), Recorded: true}
