@@ -2,6 +2,7 @@ package redislock_test
 
 import (
 	"context"
+	"os"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -104,6 +105,112 @@ func TestAGrantThatArrivesAfterItsLeaseIsNeverHeld(t *testing.T) {
 			time.Sleep(300 * time.Millisecond)
 			if l, err := c.Renew(ctx, key, next.ID, 0); err != nil || l.HoldCount != 1 {
 				t.Fatalf("the next holder's lease: %+v, %v", l, err)
+			}
+		})
+	}
+}
+
+// lateSends holds back the first script run for owner before it reaches
+// Redis, by delay, as a frozen master that serves it once thawed would:
+// lockd hears of the grant later than the lease may have run out by its own
+// clock, although by Redis's clock the lease has only just begun. It also
+// holds back every undo (abandon.lua) by undoDelay, so that an undo sent in
+// the background reaches Redis after whatever its caller does next.
+type lateSends struct {
+	owner     string
+	delay     time.Duration
+	undoDelay time.Duration
+	undo      string // abandon.lua as lockd sends it, and its SHA-1
+	undoSHA   string
+	n         atomic.Int32
+}
+
+func newLateSends(t *testing.T, owner string, delay, undoDelay time.Duration) *lateSends {
+	t.Helper()
+	common, err := os.ReadFile("common.lua")
+	if err != nil {
+		t.Fatal(err)
+	}
+	abandon, err := os.ReadFile("abandon.lua")
+	if err != nil {
+		t.Fatal(err)
+	}
+	undo := string(common) + string(abandon)
+	return &lateSends{owner: owner, delay: delay, undoDelay: undoDelay, undo: undo, undoSHA: redis.NewScript(undo).Hash()}
+}
+
+func (*lateSends) DialHook(next redis.DialHook) redis.DialHook { return next }
+
+func (*lateSends) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.ProcessPipelineHook {
+	return next
+}
+
+func (l *lateSends) ProcessHook(next redis.ProcessHook) redis.ProcessHook {
+	return func(ctx context.Context, cmd redis.Cmder) error {
+		if (cmd.Name() == "evalsha" || cmd.Name() == "eval") && len(cmd.Args()) > 1 {
+			if script, _ := cmd.Args()[1].(string); script == l.undoSHA || script == l.undo {
+				time.Sleep(l.undoDelay)
+			} else if (&lateReplies{owner: l.owner}).carriesOwner(cmd) && l.n.Add(-1) >= 0 {
+				time.Sleep(l.delay)
+			}
+		}
+		return next(ctx, cmd)
+	}
+}
+
+// TestALateGrantClaimedByItsRetryStaysHeld: a call's grant reaches lockd
+// after its lease may have run out by lockd's clock (the request sat on a
+// frozen master), so the call tries again at once: a waiting call within
+// its wait, and a call with a request id even when it does not wait. A
+// lease the caller is then told it holds stays held: nothing done about
+// the late grant removes it afterwards, whether the retry re-read the
+// first grant by its request id or re-entered the owner's lease.
+func TestALateGrantClaimedByItsRetryStaysHeld(t *testing.T) {
+	t.Parallel()
+	srv := redistest.Start(t)
+	const ttl = 3 * time.Second
+	for _, tc := range []struct {
+		name      string
+		requestID string
+		wait      time.Duration
+	}{
+		{name: "a waiting call with a request id", requestID: "retried", wait: 20 * time.Second},
+		{name: "a waiting call without a request id", wait: 20 * time.Second},
+		{name: "a call with a request id asked for once", requestID: "once"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel()
+			rdb := srv.Client(t)
+			late := newLateSends(t, "late", ttl+200*time.Millisecond, 300*time.Millisecond)
+			rdb.AddHook(late)
+			c := redislock.New(rdb, redislock.Options{})
+			defer c.Close()
+			ctx := ctxT(t, time.Minute)
+			key := "late/claimed " + tc.name
+
+			late.n.Store(1)
+			res, err := c.Acquire(ctx, redislock.Request{Key: key, Mode: redislock.Write, Owner: "late", TTL: ttl,
+				Wait: tc.wait, RequestID: tc.requestID})
+			if err != nil {
+				t.Fatal(err)
+			}
+			if late.n.Load() > 0 {
+				t.Fatal("the first try was not held back")
+			}
+			if !res.Acquired {
+				t.Fatalf("not acquired (retry after %v)", res.RetryAfter)
+			}
+			// Every clean-up of the late grant has landed once Close returns.
+			_ = c.Close()
+
+			other := newClient(t, srv.Client(t), redislock.Options{})
+			if _, err := other.Renew(ctx, key, res.Lease.ID, time.Minute); err != nil {
+				t.Fatalf("the lease the caller was told it holds (%+v): %v", res.Lease, err)
+			}
+			mustRefuse(t, other, redislock.Request{Key: key, Mode: redislock.Write, Owner: "next", TTL: time.Minute})
+			// One Release, for the one Acquire, frees the key.
+			if n, err := other.Release(ctx, key, res.Lease.ID, ""); err != nil || n != 0 {
+				t.Fatalf("Release: hold count %d, %v", n, err)
 			}
 		})
 	}
