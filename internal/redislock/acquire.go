@@ -14,7 +14,7 @@ import (
 // When the outcome of a try cannot reach the caller (ctx ends, Redis stalls
 // and the reply is lost), what the try did is undone exactly: the hold it
 // added (a fresh lease, or one more hold of the owner's lease) and its place
-// in the writers' queue, retrying until the undo lands or the hold would
+// in the queue, retrying until the undo lands or the hold would
 // have run out. A call with a RequestID keeps its grant instead, for the
 // caller's retry to claim.
 func (c *Client) Acquire(ctx context.Context, req Request) (Result, error) {
@@ -59,7 +59,10 @@ func (c *Client) Acquire(ctx context.Context, req Request) (Result, error) {
 		}
 		defer waited()
 	}
-	wake, done, err := c.subs.subscribe(ctx, a.ks.channel, deadline, c.maxRecheck)
+	// Woken when this attempt reaches the head of the queue (or, for a
+	// reader, when readers may go in), and at least every maxRecheck in
+	// case a message was lost.
+	wake, done, err := c.subs.subscribe(ctx, a.ks.channel, interest{id: a.id, reader: req.Mode == Read}, deadline, c.maxRecheck)
 	if err != nil {
 		a.unwait()
 		if errors.Is(err, context.DeadlineExceeded) && ctx.Err() == nil {
@@ -98,8 +101,8 @@ func (c *Client) Acquire(ctx context.Context, req Request) (Result, error) {
 }
 
 // attempt is one Acquire call. Its id tags the hold it may add and its
-// place in the writers' queue; its lease id names the lease if a new one
-// is granted.
+// place in the queue; its lease id names the lease if a new one is
+// granted.
 type attempt struct {
 	c          *Client
 	ks         keySet
@@ -108,30 +111,30 @@ type attempt struct {
 	leaseID    string
 	id         string
 	start      time.Time
-	queued     bool // a try may have queued it as a waiting writer
+	queued     bool // a try may have queued it (a writer or a permit waiter)
 	replayed   bool // the grant is a retried request_id's first result
 }
 
 func (a *attempt) try(ctx context.Context, wait time.Duration) (Result, error) {
 	waitMs := int64(0)
 	if wait > 0 {
-		// A queued writer holds readers back only a few re-checks ahead;
-		// each re-check extends it. A writer whose process dies stops
-		// blocking readers soon, not when its whole wait would end.
+		// A queued waiter keeps its place only a few re-checks ahead;
+		// each re-check extends it. A waiter whose process dies stops
+		// blocking others soon, not when its whole wait would end.
 		waitMs = max(1, min(wait, 3*a.c.maxRecheck).Milliseconds())
 	}
 	given := "0"
 	if a.ownerGiven {
 		given = "1"
 	}
-	if waitMs > 0 && a.req.Mode == Write {
+	if waitMs > 0 && a.req.Mode != Read {
 		a.queued = true
 	}
 	script, args := acquireScript, []any{a.req.Mode.arg(), a.req.Owner, a.leaseID, a.req.TTL.Milliseconds(), waitMs, a.id, given,
-		a.req.RequestID, a.c.lossGrace.Milliseconds()}
+		a.req.RequestID, a.c.lossGrace.Milliseconds(), a.ks.channel, a.c.publish}
 	if a.req.Mode == Permit {
 		script, args = semaphoreAcquireScript, []any{a.req.Limit, a.req.Owner, a.leaseID, a.req.TTL.Milliseconds(), a.id, given,
-			a.req.RequestID, a.c.lossGrace.Milliseconds()}
+			a.req.RequestID, a.c.lossGrace.Milliseconds(), waitMs, a.ks.channel, a.c.publish}
 	}
 	sent := time.Now()
 	reply, err := a.c.run(ctx, script, a.ks, a.ks.scriptKeys(true), args...)
@@ -198,8 +201,9 @@ func (a *attempt) finish(ctx context.Context, res Result, err error) (Result, er
 	return res, nil
 }
 
-// unwait withdraws a queued writer, so the readers it held back go in now
-// rather than when its wait would have ended. The first try is made at
+// unwait withdraws a queued waiter, so those it held back (the waiters
+// behind it, readers) go in now rather than when its place would have
+// expired. The first try is made at
 // once; should it fail, the clean-up goes on in the background.
 func (a *attempt) unwait() {
 	if !a.queued {
@@ -216,7 +220,7 @@ func (a *attempt) unwait() {
 
 // undo takes back, in the background, what this attempt may have done
 // without its caller hearing of it: its hold (when undoHold) and its place
-// in the writers' queue. It retries until the undo lands, or until the
+// in the queue. It retries until the undo lands, or until the
 // hold would have run out by itself (it was granted for the request's ttl
 // after the attempt started).
 func (a *attempt) undo(undoHold bool) {
@@ -245,7 +249,7 @@ func (a *attempt) abandon(ctx context.Context, undoHold bool) error {
 }
 
 const (
-	// unwaitTry bounds the try to leave the writers' queue that a waiter
+	// unwaitTry bounds the try to leave the queue that a waiter
 	// makes before answering its caller.
 	unwaitTry = 250 * time.Millisecond
 	// undoTry bounds one try of a clean-up.
@@ -280,8 +284,11 @@ func (c *Client) cleanUp(op func(context.Context) error, until time.Time) {
 	}()
 }
 
+// attemptIDLen is the length of an attempt id.
+const attemptIDLen = 11
+
 // newAttemptID returns 64 random bits, URL-safe: enough to keep the
 // attempts of one lease apart, and short, as a lease remembers several.
 func newAttemptID() string {
-	return newID()[:11]
+	return newID()[:attemptIDLen]
 }
