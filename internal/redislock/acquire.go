@@ -47,6 +47,16 @@ func (c *Client) Acquire(ctx context.Context, req Request) (Result, error) {
 	if d, ok := ctx.Deadline(); ok && d.Before(deadline) {
 		deadline = d
 	}
+	// Woken when this attempt reaches the head of the queue (or, for a
+	// reader, when readers may go in), and at least every maxRecheck in
+	// case a message was lost. On a channel this process listens to
+	// already, the waiter joins before its first try, which then needs no
+	// re-check.
+	in := interest{id: a.id, reader: req.Mode == Read}
+	wake, done := c.subs.listening(ctx, a.ks.channel, in)
+	if done != nil {
+		defer done()
+	}
 	res, err := a.try(ctx, time.Until(deadline))
 	if err != nil || res.Acquired {
 		return a.finish(ctx, res, err)
@@ -59,18 +69,19 @@ func (c *Client) Acquire(ctx context.Context, req Request) (Result, error) {
 		}
 		defer waited()
 	}
-	// Woken when this attempt reaches the head of the queue (or, for a
-	// reader, when readers may go in), and at least every maxRecheck in
-	// case a message was lost.
-	wake, done, err := c.subs.subscribe(ctx, a.ks.channel, interest{id: a.id, reader: req.Mode == Read}, deadline, c.maxRecheck)
-	if err != nil {
-		a.unwait()
-		if errors.Is(err, context.DeadlineExceeded) && ctx.Err() == nil {
-			err = nil // the wait ended before the subscription was confirmed
+	recheck := wake == nil
+	if wake == nil {
+		var err error
+		wake, done, err = c.subs.subscribe(ctx, a.ks.channel, in, deadline, c.maxRecheck)
+		if err != nil {
+			a.unwait()
+			if errors.Is(err, context.DeadlineExceeded) && ctx.Err() == nil {
+				err = nil // the wait ended before the subscription was confirmed
+			}
+			return a.finish(ctx, res, err)
 		}
-		return a.finish(ctx, res, err)
+		defer done()
 	}
-	defer done()
 	timer := time.NewTimer(0)
 	defer timer.Stop()
 	for {
@@ -79,10 +90,13 @@ func (c *Client) Acquire(ctx context.Context, req Request) (Result, error) {
 			break
 		}
 		// Re-check after subscribing, and after every wake-up.
-		res, err = a.try(ctx, left)
-		if err != nil || res.Acquired {
-			return a.finish(ctx, res, err)
+		if recheck {
+			res, err = a.try(ctx, left)
+			if err != nil || res.Acquired {
+				return a.finish(ctx, res, err)
+			}
 		}
+		recheck = true
 		timer.Reset(min(res.RetryAfter, time.Until(deadline), c.maxRecheck))
 		select {
 		case <-wake:

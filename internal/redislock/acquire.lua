@@ -88,12 +88,15 @@ if mode == 'w' then
     blocked_for = writer and remaining(writer) or math.max(1, (h.due or now_ms) - now_ms)
   else
     -- The key is free: it goes to the head of the queue, in arrival
-    -- order. Another head is woken again, in case its wake-up was lost;
-    -- it takes its turn within its place's deadline or loses it.
+    -- order. A queued waiter re-checking wakes the head again, in case
+    -- its wake-up was lost; the head takes its turn within its place's
+    -- deadline or loses it.
     local head, kept = queue_head()
     if head and head ~= attempt then
       blocked_for = math.max(1, kept - now_ms)
-      redis.call(publish_cmd, channel, head)
+      if redis.call('HEXISTS', rec, 'q:' .. attempt) == 1 then
+        redis.call(publish_cmd, channel, head)
+      end
     end
   end
 elseif writer then

@@ -37,6 +37,8 @@ var contract = []struct {
 	{"RequestIDsStayWithTheirCall", contractRequestIDsStayWithTheirCall},
 	{"NothingLeftBehind", contractNothingLeftBehind},
 	{"HandoffIsWokenByRelease", contractHandoffIsWokenByRelease},
+	{"WritersGoInArrivalOrder", contractWritersGoInArrivalOrder},
+	{"ReadersGoInTogetherAfterAWriter", contractReadersGoInTogetherAfterAWriter},
 	{"WaitEnds", contractWaitEnds},
 	{"MutualExclusionUnderContention", contractMutualExclusionUnderContention},
 	{"RetriesReplayTheirFirstResult", contractRetriesReplayTheirFirstResult},

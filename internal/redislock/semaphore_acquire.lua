@@ -83,7 +83,8 @@ end
 
 -- Busy until the first permit held runs out, or until grants held back
 -- after a data loss resume. A free permit goes to the head of the queue;
--- another head is woken again, in case its wake-up was lost.
+-- a queued waiter re-checking wakes the head again, in case its wake-up
+-- was lost.
 local blocked_for = nil
 if h.nl >= limit then
   blocked_for = math.max(1, (h.due or now_ms) - now_ms)
@@ -91,7 +92,9 @@ else
   local head, kept = queue_head()
   if head and head ~= attempt then
     blocked_for = math.max(1, kept - now_ms)
-    redis.call(publish_cmd, channel, head)
+    if redis.call('HEXISTS', rec, 'q:' .. attempt) == 1 then
+      redis.call(publish_cmd, channel, head)
+    end
   elseif hold > now_ms then
     blocked_for = hold - now_ms
   end

@@ -137,29 +137,12 @@ func (s *subscriber) subscribe(ctx context.Context, channel string, in interest,
 		tp = &topic{created: time.Now(), ready: make(chan struct{}), waiters: map[chan struct{}]interest{}, byID: map[string]chan struct{}{}}
 		sh.topics[channel] = tp
 	}
-	tp.refs++
-	w := make(chan struct{}, 1)
-	tp.waiters[w] = in
-	if in.id != "" {
-		tp.byID[in.id] = w
-	}
+	w, done := s.join(tp, in)
 	if fresh {
 		sh.enqueue(command{subscribe: true, channels: []string{channel}, topic: tp})
 	}
 	s.mu.Unlock()
 
-	done = func() {
-		s.mu.Lock()
-		defer s.mu.Unlock()
-		delete(tp.waiters, w)
-		if in.id != "" && tp.byID[in.id] == w {
-			delete(tp.byID, in.id)
-		}
-		tp.refs--
-		if tp.refs == 0 {
-			tp.idleSince = time.Now()
-		}
-	}
 	unconfirmed := time.NewTimer(confirmWait)
 	defer unconfirmed.Stop()
 	select {
@@ -174,6 +157,55 @@ func (s *subscriber) subscribe(ctx context.Context, channel string, in interest,
 	case <-ctx.Done():
 		done()
 		return nil, nil, ctx.Err()
+	}
+}
+
+// listening registers a waiter on channel if the channel is subscribed
+// and confirmed already (another waiter of this process uses it, or did a
+// moment ago), so that a waiter registered before its first try misses no
+// message sent after it. It returns nil, nil otherwise: then the waiter
+// subscribes after its try and re-checks.
+func (s *subscriber) listening(ctx context.Context, channel string, in interest) (wake <-chan struct{}, done func()) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.closed {
+		return nil, nil
+	}
+	key, err := s.shardKey(ctx, channel)
+	if err != nil {
+		return nil, nil
+	}
+	sh := s.shards[key]
+	if sh == nil {
+		return nil, nil
+	}
+	tp := sh.topics[channel]
+	if tp == nil || !tp.confirmed || tp.err != nil {
+		return nil, nil
+	}
+	return s.join(tp, in)
+}
+
+// join adds a waiter to a topic and returns its wake-up channel and the
+// function that takes it out again. s.mu is held.
+func (s *subscriber) join(tp *topic, in interest) (chan struct{}, func()) {
+	tp.refs++
+	w := make(chan struct{}, 1)
+	tp.waiters[w] = in
+	if in.id != "" {
+		tp.byID[in.id] = w
+	}
+	return w, func() {
+		s.mu.Lock()
+		defer s.mu.Unlock()
+		delete(tp.waiters, w)
+		if in.id != "" && tp.byID[in.id] == w {
+			delete(tp.byID, in.id)
+		}
+		tp.refs--
+		if tp.refs == 0 {
+			tp.idleSince = time.Now()
+		}
 	}
 }
 
