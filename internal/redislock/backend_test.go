@@ -52,6 +52,7 @@ var contract = []struct {
 	{"Semaphore", contractSemaphore},
 	{"SemaphoreEdges", contractSemaphoreEdges},
 	{"AtMostLimitPermits", contractAtMostLimitPermits},
+	{"PermitsGoInArrivalOrder", contractPermitsGoInArrivalOrder},
 	{"BusyAnswersNameTheHolder", contractBusyAnswersNameTheHolder},
 }
 

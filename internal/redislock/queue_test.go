@@ -288,3 +288,52 @@ func TestIdleLockIsNotWalked(t *testing.T) {
 		t.Fatalf("%d HGETALL calls for an acquire and a renew of a lock with nothing due, want 0", n)
 	}
 }
+
+// contractPermitsGoInArrivalOrder queues callers for a full semaphore on
+// two engines: each permit that comes free goes to the head of the queue,
+// woken alone (re-checks are pushed out of the way).
+func contractPermitsGoInArrivalOrder(t *testing.T, b backend) {
+	engines := []*redislock.Client{
+		b.newClient(t, redislock.Options{MaxRecheck: time.Hour}),
+		b.newClient(t, redislock.Options{MaxRecheck: time.Hour}),
+	}
+	ctx := ctxT(t, time.Minute)
+	const key, waiters = "fifo-permits", 6
+	first := mustAcquire(t, engines[0], permit(key, 2, "a", time.Hour))
+	mustAcquire(t, engines[1], permit(key, 2, "b", time.Hour))
+	var (
+		mu    sync.Mutex
+		order []int
+		wg    sync.WaitGroup
+	)
+	for i := range waiters {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			c := engines[i%len(engines)]
+			req := permit(key, 2, fmt.Sprint("p", i), time.Hour)
+			req.Wait = time.Minute
+			res, err := c.Acquire(ctx, req)
+			if err != nil || !res.Acquired {
+				t.Errorf("waiter %d: %+v, %v", i, res, err)
+				return
+			}
+			mu.Lock()
+			order = append(order, i)
+			mu.Unlock()
+			if _, err := c.Release(ctx, key, res.Lease.ID, ""); err != nil {
+				t.Errorf("waiter %d release: %v", i, err)
+			}
+		}()
+		waitUntil(t, fmt.Sprintf("waiter %d is queued", i), func() bool { return queued(ctx, b.rdb, b.prefix, key) == i+1 })
+	}
+	// One permit comes free: the waiters pass it down the line in order
+	// while the other stays held.
+	if _, err := engines[0].Release(ctx, key, first.ID, ""); err != nil {
+		t.Fatal(err)
+	}
+	wg.Wait()
+	if want := []int{0, 1, 2, 3, 4, 5}; !slices.Equal(order, want) {
+		t.Fatalf("permits granted in order %v, want %v", order, want)
+	}
+}
