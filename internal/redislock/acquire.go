@@ -97,7 +97,13 @@ func (c *Client) Acquire(ctx context.Context, req Request) (Result, error) {
 			}
 		}
 		recheck = true
-		timer.Reset(min(res.RetryAfter, time.Until(deadline), c.maxRecheck))
+		next := min(time.Until(deadline), c.maxRecheck)
+		if !res.behind {
+			// The head of the queue (or a reader) re-checks when the
+			// holders' leases run out; those behind it are woken in turn.
+			next = min(next, res.RetryAfter)
+		}
+		timer.Reset(next)
 		select {
 		case <-wake:
 		case <-timer.C:
@@ -176,7 +182,8 @@ func (a *attempt) try(ctx context.Context, wait time.Duration) (Result, error) {
 		l.sent = sent
 		return Result{Acquired: true, Lease: l, Available: int(intAt(reply, 10))}, nil
 	case 0:
-		return Result{RetryAfter: time.Duration(intAt(reply, 3)) * time.Millisecond, Holder: strAt(reply, 4), Available: int(intAt(reply, 5))}, nil
+		return Result{RetryAfter: time.Duration(intAt(reply, 3)) * time.Millisecond, Holder: strAt(reply, 4), Available: int(intAt(reply, 5)),
+			behind: intAt(reply, 6) == 1}, nil
 	case -4:
 		if a.req.Mode == Permit {
 			return Result{}, fmt.Errorf("%w: key %q is held as a lock", ErrKeyInUse, a.req.Key)

@@ -19,9 +19,12 @@
 -- grants held back after a data loss resume (0 or past: none). Then:
 --   granted:  {1, now, hold, lease_id, mode, hold_count, fencing_token, ttl_ms, expire_ms, owner}
 --   replayed: {2, ...} the same fields, from a retried request_id's first result
---   busy:     {0, now, hold, retry_after_ms, holder}; holder is the owner of a
---             lease holding the key ('' when none, as when the key is free
---             but others are queued ahead)
+--   busy:     {0, now, hold, retry_after_ms, holder, 0, behind}; holder is
+--             the owner of a lease holding the key ('' when none, as when
+--             the key is free but others are queued ahead); behind is 1
+--             when the caller is queued behind others: it is woken when
+--             its turn comes, so it need not re-check at the holders'
+--             expiry
 --   upgrade:  {-2, now, hold} an owner holding only a read lease asked for write
 --   in use:   {-4, now, hold} the key's permits are held (it is a semaphore)
 
@@ -118,11 +121,13 @@ if not blocked_for and hold > now_ms then
 end
 
 if blocked_for then
+  local behind = 0
   if mode == 'w' and wait_ms > 0 then
     join_queue(attempt, wait_ms)
+    if queue_head() ~= attempt then behind = 1 end
   end
   tidy()
-  return {0, now_ms, hold, blocked_for, holder(writer)}
+  return {0, now_ms, hold, blocked_for, holder(writer), 0, behind}
 end
 
 local l = new_lease(mode, owner, ttl)

@@ -337,3 +337,74 @@ func contractPermitsGoInArrivalOrder(t *testing.T, b backend) {
 		t.Fatalf("permits granted in order %v, want %v", order, want)
 	}
 }
+
+// TestHandoffCostsTheSameWhateverTheQueue counts script calls while ten
+// queued writers take a key in turn, each releasing it at once: after a
+// release, or after the holder's lease simply runs out, only the head of
+// the queue is woken and tries, so the whole line costs two calls a writer
+// (its grant and its release), not a try of every waiter at every handoff.
+// Re-checks are pushed out of the way.
+func TestHandoffCostsTheSameWhateverTheQueue(t *testing.T) {
+	t.Parallel()
+	for _, tc := range []struct {
+		name    string
+		release bool
+	}{
+		{"the holder releases", true},
+		{"the holder's lease runs out", false},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel()
+			rdb := redistest.Start(t).Client(t)
+			c := newClient(t, rdb, redislock.Options{MaxRecheck: time.Hour})
+			ctx := ctxT(t, time.Minute)
+			const key, writers = "line", 10
+			ttl := time.Hour
+			if !tc.release {
+				ttl = 3 * time.Second
+			}
+			// Load the scripts once, so EVALSHA finds them.
+			warm := mustAcquire(t, c, redislock.Request{Key: "warm", Mode: redislock.Write, TTL: time.Minute})
+			if _, err := c.Release(ctx, "warm", warm.ID, ""); err != nil {
+				t.Fatal(err)
+			}
+			h := mustAcquire(t, c, redislock.Request{Key: key, Mode: redislock.Write, Owner: "holder", TTL: ttl})
+			var wg sync.WaitGroup
+			for i := range writers {
+				wg.Add(1)
+				go func() {
+					defer wg.Done()
+					res, err := c.Acquire(ctx, redislock.Request{Key: key, Mode: redislock.Write, Owner: fmt.Sprint("w", i), TTL: time.Hour, Wait: time.Minute})
+					if err != nil || !res.Acquired {
+						t.Errorf("writer %d: %+v, %v", i, res, err)
+						return
+					}
+					if _, err := c.Release(ctx, key, res.Lease.ID, ""); err != nil {
+						t.Errorf("writer %d release: %v", i, err)
+					}
+				}()
+			}
+			waitUntil(t, "every writer is queued", func() bool { return queued(ctx, rdb, "lockd", key) == writers })
+			// Every waiter's re-check after subscribing is done once the
+			// count stands still.
+			before := scriptCalls(t, rdb)
+			waitUntil(t, "the waiters settle", func() bool {
+				time.Sleep(100 * time.Millisecond)
+				now := scriptCalls(t, rdb)
+				settled := now == before
+				before = now
+				return settled
+			})
+			if tc.release {
+				if _, err := c.Release(ctx, key, h.ID, ""); err != nil {
+					t.Fatal(err)
+				}
+				before++ // the holder's release is not the line's
+			}
+			wg.Wait()
+			if got, most := scriptCalls(t, rdb)-before, 2*writers+2; got > most {
+				t.Fatalf("%d writers in line made %d script calls, want at most %d", writers, got, most)
+			}
+		})
+	}
+}

@@ -189,6 +189,10 @@ type Result struct {
 	// Available is, for Mode Permit, how many permits of the key were free
 	// after the call.
 	Available int
+
+	// behind is true when the call is queued behind other waiters: it is
+	// woken when its turn comes, and re-checks only as a fallback.
+	behind bool
 }
 
 // Options tune a Client. The zero value is ready to use.

@@ -22,7 +22,8 @@
 --   granted:  {1, now, hold, lease_id, 'p', hold_count, fencing_token, ttl_ms,
 --             expire_ms, owner, available}
 --   replayed: {2, ...} the same fields, from a retried request_id's first result
---   busy:     {0, now, hold, retry_after_ms, '', available}
+--   busy:     {0, now, hold, retry_after_ms, '', available, behind}; behind
+--             as in acquire.lua
 --   in use:   {-4, now, hold} the key is held as a lock
 --   limit:    {-5, now, hold, limit} the permits held have another limit
 -- available is how many permits are left free.
@@ -100,11 +101,13 @@ else
   end
 end
 if blocked_for then
+  local behind = 0
   if wait_ms > 0 then
     join_queue(attempt, wait_ms)
+    if queue_head() ~= attempt then behind = 1 end
   end
   tidy()
-  return {0, now_ms, hold, blocked_for, '', free()}
+  return {0, now_ms, hold, blocked_for, '', free(), behind}
 end
 
 local l = new_lease('p', owner, ttl)
