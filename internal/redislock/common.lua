@@ -67,10 +67,10 @@
 -- Channels (not keys): <prefix>:{<key>}:released wakes waiters when a
 -- hold ends. Its message names who may now be granted: the attempt id at
 -- the head of the queue, or 'r' for every waiting reader; any other
--- message ('released') wakes every waiter. <prefix>:{<key>}:leader tells an election's observers that
--- its leader or value changed (proclaim and resign publish it;
--- a lease that simply expires publishes nothing: observers re-check at
--- the leader's expiry).
+-- message ('released') wakes every waiter. <prefix>:{<key>}:leader tells
+-- an election's observers that its leader or value changed (proclaim and
+-- resign publish it; a lease that simply expires publishes nothing:
+-- observers re-check at the leader's expiry).
 --
 -- KEYS[2], where a script takes it, is the data-loss marker of the lock's
 -- hash slot: a string lockd creates at start-up holding "hold until" (ms). A
