@@ -388,7 +388,9 @@ local function tidy()
   end
   if h.nl == 0 and h.nw == 0 and h.nr == 0 then
     if h.fence == 0 then
-      -- Never granted, nothing to keep: leave no trace.
+      -- Never granted, nothing to keep: leave no trace, not even the
+      -- counters of a queue that came and went.
+      redis.call('DEL', rec)
       return
     end
     h.due, h.last = nil, now_ms

@@ -408,3 +408,26 @@ func TestHandoffCostsTheSameWhateverTheQueue(t *testing.T) {
 		})
 	}
 }
+
+// TestWaiterOnANeverGrantedKeyLeavesNothingBehind queues a writer on a key
+// never granted, while grants are held back after Redis lost its data:
+// once it gives up, no count of waiters is left behind to hold readers
+// back.
+func TestWaiterOnANeverGrantedKeyLeavesNothingBehind(t *testing.T) {
+	t.Parallel()
+	rdb := redistest.Start(t).Client(t)
+	c := newClient(t, rdb, redislock.Options{DataLossGrace: time.Minute})
+	ctx := ctxT(t, 30*time.Second)
+	mustAcquire(t, c, redislock.Request{Key: "other", Mode: redislock.Write, TTL: time.Minute})
+	// Redis "loses" lockd's data: grants are held back from now on.
+	if err := rdb.Del(ctx, "lockd:marker").Err(); err != nil {
+		t.Fatal(err)
+	}
+	res, err := c.Acquire(ctx, redislock.Request{Key: "never", Mode: redislock.Write, TTL: time.Minute, Wait: 300 * time.Millisecond})
+	if err != nil || res.Acquired {
+		t.Fatalf("writer during the grace = %+v, %v", res, err)
+	}
+	if n := rdb.Exists(ctx, "lockd:{never}").Val(); n != 0 {
+		t.Fatalf("the never-granted key's record is left behind: %v", rdb.HGetAll(ctx, "lockd:{never}").Val())
+	}
+}
