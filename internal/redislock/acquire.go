@@ -210,6 +210,9 @@ func (a *attempt) finish(ctx context.Context, res Result, err error) (Result, er
 		return Result{}, ctx.Err()
 	}
 	if err != nil {
+		// A refusal after queueing (the key became a semaphore, or took
+		// another limit) must not leave the place to hold others up.
+		a.unwait()
 		return Result{}, err
 	}
 	if res.Acquired {
