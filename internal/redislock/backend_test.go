@@ -54,6 +54,9 @@ var contract = []struct {
 	{"AtMostLimitPermits", contractAtMostLimitPermits},
 	{"PermitsGoInArrivalOrder", contractPermitsGoInArrivalOrder},
 	{"BusyAnswersNameTheHolder", contractBusyAnswersNameTheHolder},
+	{"Describe", contractDescribe},
+	{"ForceRelease", contractForceRelease},
+	{"ListLocks", contractListLocks},
 }
 
 // backend is one store the contract runs against. Cases sharing a store
