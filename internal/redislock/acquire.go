@@ -170,6 +170,9 @@ func (a *attempt) tryInTime(ctx context.Context, wait time.Duration) (Result, er
 	if !a.replayed {
 		late := *a
 		late.undo(true)
+		// The late grant is being undone: the tries that follow must not
+		// replay it as theirs through the request id.
+		a.req.RequestID = ""
 	}
 	a.replayed = false
 	a.freshIDs()

@@ -13,11 +13,31 @@ import (
 )
 
 // lateReplies holds back the replies of the next n scripts run for owner,
-// by delay each, as a slow network or a long pause of lockd's would.
+// by delay each, as a slow network or a long pause of lockd's would; with
+// early, it holds back the calls instead, as a Redis that is frozen, so
+// the script runs late and its lease still runs when the reply comes.
 type lateReplies struct {
 	owner string
 	delay time.Duration
+	early bool
 	n     atomic.Int32
+	// undoDelay holds back each undo of owner's holds (abandon.lua).
+	undoDelay time.Duration
+}
+
+// isUndo reports whether cmd runs abandon.lua for owner, undoing a hold:
+// its ARGV are attempt, mode, owner, '1', ...
+func (l *lateReplies) isUndo(cmd redis.Cmder) bool {
+	args := cmd.Args()
+	if len(args) < 3 {
+		return false
+	}
+	keys, ok := args[2].(int)
+	if !ok {
+		return false
+	}
+	argv := args[3+keys:]
+	return len(argv) >= 7 && argv[2] == l.owner && argv[3] == "1"
 }
 
 func (*lateReplies) DialHook(next redis.DialHook) redis.DialHook { return next }
@@ -28,8 +48,15 @@ func (*lateReplies) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.Pr
 
 func (l *lateReplies) ProcessHook(next redis.ProcessHook) redis.ProcessHook {
 	return func(ctx context.Context, cmd redis.Cmder) error {
+		if l.undoDelay > 0 && (cmd.Name() == "evalsha" || cmd.Name() == "eval") && l.isUndo(cmd) {
+			time.Sleep(l.undoDelay)
+		}
+		if l.early && (cmd.Name() == "evalsha" || cmd.Name() == "eval") && l.carriesOwner(cmd) && l.n.Add(-1) >= 0 {
+			time.Sleep(l.delay)
+			return next(ctx, cmd)
+		}
 		err := next(ctx, cmd)
-		if err == nil && (cmd.Name() == "evalsha" || cmd.Name() == "eval") && l.carriesOwner(cmd) && l.n.Add(-1) >= 0 {
+		if err == nil && !l.early && (cmd.Name() == "evalsha" || cmd.Name() == "eval") && l.carriesOwner(cmd) && l.n.Add(-1) >= 0 {
 			time.Sleep(l.delay)
 		}
 		return err
@@ -106,5 +133,38 @@ func TestAGrantThatArrivesAfterItsLeaseIsNeverHeld(t *testing.T) {
 				t.Fatalf("the next holder's lease: %+v, %v", l, err)
 			}
 		})
+	}
+}
+
+// TestALateGrantIsNotReplayedToItsOwnRetry: a waiting call with a request
+// id whose grant ran late (sent before Redis froze, run after) tries again
+// within its wait while the late grant, still held in Redis, is being
+// undone. The retry must not take the late lease as its own through the
+// request id: the lease it is handed stays held.
+func TestALateGrantIsNotReplayedToItsOwnRetry(t *testing.T) {
+	t.Parallel()
+	rdb := redistest.Start(t).Client(t)
+	late := &lateReplies{owner: "late", delay: 400 * time.Millisecond, early: true, undoDelay: 200 * time.Millisecond}
+	rdb.AddHook(late)
+	c := newClient(t, rdb, redislock.Options{})
+	ctx := ctxT(t, time.Minute)
+	const key = "late/replayed"
+	late.n.Store(1)
+	res, err := c.Acquire(ctx, redislock.Request{Key: key, Mode: redislock.Write, Owner: "late", TTL: 300 * time.Millisecond,
+		Wait: 20 * time.Second, RequestID: "once"})
+	if err != nil || !res.Acquired {
+		t.Fatalf("waiting call = %+v, %v", res, err)
+	}
+	if late.n.Load() > 0 {
+		t.Fatal("the grant was not held back")
+	}
+	// The late grant's undo runs at once in the background; the lease
+	// handed out must outlive it.
+	deadline := time.Now().Add(time.Second)
+	for time.Now().Before(deadline) {
+		if _, err := c.Renew(ctx, key, res.Lease.ID, 300*time.Millisecond); err != nil {
+			t.Fatalf("the lease handed out after a late grant: %v", err)
+		}
+		time.Sleep(20 * time.Millisecond)
 	}
 }
