@@ -63,6 +63,10 @@ type Config struct {
 	// RedisWaitReplicas, when positive, confirms every grant and renewal
 	// on that many replicas (Redis WAIT).
 	RedisWaitReplicas int
+	// RedisAutoPipeline sends the lock scripts of concurrent calls in
+	// shared round trips (redislock.Options.AutoPipeline); not with
+	// RedisWaitReplicas.
+	RedisAutoPipeline bool
 	// RedisPassword is the Redis password, when it is not in the URL.
 	RedisPassword string
 	// RedisPasswordFile names a file holding the Redis password instead.

@@ -5,7 +5,6 @@ import (
 	"errors"
 	"log/slog"
 	"maps"
-	"sync"
 
 	"google.golang.org/genproto/googleapis/rpc/errdetails"
 	"google.golang.org/grpc/codes"
@@ -58,14 +57,16 @@ type TokenServer struct {
 	brokers *swapBroker
 	log     *slog.Logger
 
-	drainOnce sync.Once
-	drained   chan struct{}
+	// drained ends when the server drains.
+	drained context.Context
+	drain   context.CancelFunc
 }
 
 // NewTokenServer returns a TokenServer on broker; a nil broker serves no
 // apps, so every call is NOT_FOUND. SetBroker replaces it.
 func NewTokenServer(broker *token.Broker, log *slog.Logger) *TokenServer {
-	s := &TokenServer{brokers: newSwapBroker(broker), log: log, drained: make(chan struct{})}
+	s := &TokenServer{brokers: newSwapBroker(broker), log: log}
+	s.drained, s.drain = context.WithCancel(context.Background())
 	s.broker = s.brokers
 	return s
 }
@@ -74,7 +75,7 @@ func NewTokenServer(broker *token.Broker, log *slog.Logger) *TokenServer {
 // clients resume on another replica and a graceful stop need not wait for
 // them.
 func (s *TokenServer) Drain() {
-	s.drainOnce.Do(func() { close(s.drained) })
+	s.drain()
 }
 
 // caller is the authenticated client of ctx, as the broker limits and logs
