@@ -253,7 +253,7 @@ type Observer interface {
 // waiters.
 type Client struct {
 	rdb        redis.UniversalClient
-	scripts    redis.Scripter // runs the lock scripts: rdb, or its autopipeliner
+	scripts    redis.Scripter       // runs the lock scripts: rdb, or its autopipeliner
 	cluster    *redis.ClusterClient // nil unless rdb is one
 	prefix     string
 	publish    string
