@@ -273,7 +273,10 @@ func Run(ctx context.Context, cfg Config) error {
 	opts := append(creds, grpc.WaitForHandlers(true),
 		// Reused handler goroutines keep their grown stacks: a fresh
 		// goroutine per call spends a tenth of the CPU growing its stack.
-		grpc.NumStreamWorkers(uint32(runtime.GOMAXPROCS(0))),
+		// gRPC starts a fresh one whenever every worker is busy, so there
+		// are enough for the calls a replica has under way at once, not
+		// only one per core; an idle worker's stack shrinks back.
+		grpc.NumStreamWorkers(uint32(streamWorkersPerCore*runtime.GOMAXPROCS(0))),
 		// Calls without a known token are refused as their headers
 		// arrive, before they cost a goroutine or a buffer.
 		grpc.InTapHandle(newGate(authn, cfg.Transport.MaxHealthStreams, refused).tap))
@@ -376,6 +379,11 @@ func Run(ctx context.Context, cfg Config) error {
 	log.Info("stopped")
 	return unfit
 }
+
+// streamWorkersPerCore is how many gRPC stream workers lockd runs per
+// core: a core serves dozens of lock calls at once, each mostly waiting
+// for Redis.
+const streamWorkersPerCore = 32
 
 // newBroker builds the token broker for the apps of file (none when nil).
 func newBroker(rdb redis.UniversalClient, file *config.Config, opts token.Options) (*token.Broker, error) {
