@@ -182,17 +182,27 @@ func Setup(ctx context.Context, opts Options) (*Telemetry, error) {
 		return nil, fmt.Errorf("telemetry: instruments: %w", err)
 	}
 
-	t.grpcStats = otelgrpc.NewServerHandler(
-		otelgrpc.WithTracerProvider(t.tp),
-		otelgrpc.WithMeterProvider(t.mp),
-		otelgrpc.WithPropagators(t.propagator),
-		// Probes and tooling are not traffic: no spans, no rpc_server_*
-		// series for them.
-		otelgrpc.WithFilter(filters.None(
-			filters.HealthCheck(),
-			filters.ServicePrefix("grpc.reflection."),
-		)),
+	// Probes and tooling are not traffic: no spans, no rpc_server_*
+	// series for them.
+	notTraffic := filters.None(
+		filters.HealthCheck(),
+		filters.ServicePrefix("grpc.reflection."),
 	)
+	if t.sdkTP == nil && useLeanCallMetrics() {
+		// No span is ever recorded: the same metric for less (see
+		// callMetrics).
+		if t.grpcStats, err = newCallMetrics(t.mp, notTraffic); err != nil {
+			_ = t.Shutdown(ctx)
+			return nil, fmt.Errorf("telemetry: instruments: %w", err)
+		}
+	} else {
+		t.grpcStats = otelgrpc.NewServerHandler(
+			otelgrpc.WithTracerProvider(t.tp),
+			otelgrpc.WithMeterProvider(t.mp),
+			otelgrpc.WithPropagators(t.propagator),
+			otelgrpc.WithFilter(notTraffic),
+		)
+	}
 
 	if opts.Global {
 		otel.SetTracerProvider(t.tp)
