@@ -13,7 +13,8 @@ import (
 	"github.com/lockd/lockd/client"
 )
 
-// clientCommand runs the client subcommand args name (lock, token), and
+// clientCommand runs the client subcommand args name (lock, token,
+// inspect), and
 // reports false when they name none: lockd then serves ("serve" is
 // dropped from args).
 func clientCommand(args []string) (code int, ok bool, serveArgs []string) {
@@ -23,6 +24,8 @@ func clientCommand(args []string) (code int, ok bool, serveArgs []string) {
 			return runLock(args[1:], os.Getenv, os.Stdout, os.Stderr), true, nil
 		case "token":
 			return runToken(args[1:], os.Getenv, os.Stdout, os.Stderr), true, nil
+		case "inspect":
+			return runInspect(args[1:], os.Getenv, os.Stdout, os.Stderr), true, nil
 		case "serve":
 			return 0, false, args[1:]
 		}

@@ -331,6 +331,14 @@ func (a *Authenticator) authorize(ctx context.Context, method string, req any) e
 // them is allowed only for server reflection: a method added later is
 // denied until it is thought about.
 func (c *client) allows(method string, req any) error {
+	if strings.HasPrefix(method, adminService) {
+		return c.allowsAdmin(method, req)
+	}
+	return c.allowsCall(method, req)
+}
+
+// allowsCall checks a request against c's lock prefixes and apps.
+func (c *client) allowsCall(method string, req any) error {
 	if r, ok := req.(interface{ GetKey() string }); ok {
 		key := r.GetKey()
 		if err := redislock.ValidateKey(key); err != nil {

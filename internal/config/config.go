@@ -215,6 +215,9 @@ type Sources struct {
 	// ReadFile reads a secret or token file; nil means reading the file
 	// system, at most MaxSecretFileBytes.
 	ReadFile func(string) ([]byte, error)
+	// Stat looks at a secret or token file, to warn when group or others
+	// may read it; nil means os.Stat.
+	Stat func(string) (fs.FileInfo, error)
 	// Dir is the directory relative secret_file and token_file paths are
 	// relative to; empty means the working directory.
 	Dir string
@@ -262,6 +265,9 @@ func (s Sources) withDefaults() Sources {
 	}
 	if s.ReadFile == nil {
 		s.ReadFile = func(path string) ([]byte, error) { return readBounded(path, MaxSecretFileBytes) }
+	}
+	if s.Stat == nil {
+		s.Stat = os.Stat
 	}
 	return s
 }

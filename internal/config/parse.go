@@ -360,6 +360,9 @@ func (p *parser) secret(entry *yaml.Node, f map[string]*yaml.Node, where, what, 
 			p.addf(f[fileField], where, "%s: %s is empty", fileField, shown)
 			return "", false
 		}
+		if perm, open := openToOthers(p.src.Stat, path); open {
+			p.warnings = append(p.warnings, where+": "+fileField+": "+OpenToOthersWarning(shown, perm))
+		}
 		return v, true
 	}
 	p.addf(entry, where, "%s or %s: missing", envField, fileField)

@@ -103,7 +103,7 @@ func TestReadmeHTTPExamples(t *testing.T) {
 	text := runReadmeBlock(t, "curl-examples", "127.0.0.1:8080", gateway)
 	for _, want := range []string{
 		`"acquired":true`, `"acquired":false`, `"retryAfter":"`, `"ttl":"60s"`, `"holdCount":0`,
-		`"code":5`, "HTTP 404", `"result":{"lease":{"key":"jobs/nightly"`, `"accessToken":"`, `"ticket":"fake.ticket.jsapi.`,
+		`"code":5`, "HTTP 404", `"accessToken":"`, `"ticket":"fake.ticket.jsapi.`,
 	} {
 		if !strings.Contains(text, want) {
 			t.Errorf("README curl examples' output lacks %s:\n%s", want, text)
@@ -112,11 +112,16 @@ func TestReadmeHTTPExamples(t *testing.T) {
 	if n := strings.Count(text, `"key":"reports/2024 Q1 {eu}","leaseId"`); n != 2 {
 		t.Errorf("%d read leases on the escaped key, want 2:\n%s", n, text)
 	}
-	// jobs/nightly: granted, refused to "other" while KeepAlive holds it
-	// past its ttl, granted to "other" once the stream closed.
-	i := strings.Index(text, `"key":"jobs/nightly"`)
-	if i < 0 || !regexp.MustCompile(`(?s)"acquired":false.*"result":.*"acquired":true,"lease":\{"key":"jobs/nightly"[^}]*"owner":"other"`).MatchString(text[i:]) {
-		t.Errorf("jobs/nightly was not kept alive, then released on close:\n%s", text)
+	// jobs/nightly: held by job-1's Hold stream past its ttl (another owner
+	// is refused and told the holder), renewed on the stream, and granted
+	// to "other" once the stream closed.
+	if !regexp.MustCompile(`(?s)"acquired":false,[^\n]*"holder":"job-1".*` +
+		`"result":\{"acquired":true,"lease":\{"key":"jobs/nightly"[^}]*"owner":"job-1".*` +
+		`"acquired":true,"lease":\{"key":"jobs/nightly"[^}]*"owner":"other"`).MatchString(text) {
+		t.Errorf("jobs/nightly was not held past its ttl, then released on close:\n%s", text)
+	}
+	if n := strings.Count(text, `"result":{"acquired":true,"lease":{"key":"jobs/nightly"`); n < 3 {
+		t.Errorf("%d messages on the Hold stream over 4s of a 3s lease, want the grant and 2 renewals or more:\n%s", n, text)
 	}
 	if tokens := regexp.MustCompile(`"accessToken":"([^"]+)"`).FindAllStringSubmatch(text, -1); len(tokens) != 2 || !fake.Valid(tokens[1][1]) {
 		t.Errorf("access tokens %v, want two, the last valid:\n%s", tokens, text)

@@ -48,6 +48,9 @@ var services = map[string]func(context.Context, *runtime.ServeMux, grpc.ClientCo
 	lockdv1.SemaphoreService_ServiceDesc.ServiceName: func(ctx context.Context, mux *runtime.ServeMux, cc grpc.ClientConnInterface) error {
 		return lockdv1.RegisterSemaphoreServiceHandlerClient(ctx, mux, lockdv1.NewSemaphoreServiceClient(cc))
 	},
+	lockdv1.AdminService_ServiceDesc.ServiceName: func(ctx context.Context, mux *runtime.ServeMux, cc grpc.ClientConnInterface) error {
+		return lockdv1.RegisterAdminServiceHandlerClient(ctx, mux, lockdv1.NewAdminServiceClient(cc))
+	},
 }
 
 // Limits of the HTTP server. Requests are small JSON objects: the largest
@@ -111,10 +114,13 @@ type Gateway struct {
 	done    chan struct{}
 }
 
-// Start serves the services of gs over HTTP/JSON on opts.Listen. gs must
-// have its services registered; it additionally serves the gateway's
-// in-memory connections, so its credentials must come from Credentials when
-// it serves TLS. The gateway stops with Shutdown, or when gs stops.
+// Start serves the services of gs over HTTP/JSON on opts.Listen. gs serves
+// the gateway's in-memory connections: lockd's services registered on it,
+// with ServerOptions among its options, credentials from Credentials when
+// it serves TLS, and no --max-connection-age (the in-memory connections are
+// lockd's own, one per client: moving them to another replica is no use,
+// and an age would cut long HTTP streams). It may be lockd's own server
+// where no age is set. The gateway stops with Shutdown, or when gs stops.
 func Start(gs *grpc.Server, opts Options) (*Gateway, error) {
 	log := opts.Logger
 	if log == nil {
@@ -200,6 +206,8 @@ func handler(conns *tenants, guard *browserGuard) (http.Handler, error) {
 		// may be sent with its slashes as they are or escaped.
 		runtime.WithUnescapingMode(runtime.UnescapingModeAllCharacters),
 		runtime.WithIncomingHeaderMatcher(incomingHeader),
+		// The HTTP caller's address, for lockd's logs (see callerPeer).
+		runtime.WithMetadata(callerMetadata),
 		// lockd sends no response metadata worth an HTTP header.
 		runtime.WithOutgoingHeaderMatcher(func(string) (string, bool) { return "", false }),
 		runtime.WithDisablePathLengthFallback(),

@@ -31,6 +31,7 @@ import (
 const (
 	ordersToken = "orders-bearer-0123456789"
 	opsToken    = "ops-bearer-9876543210abc"
+	adminToken  = "admin-bearer-5555555555x"
 )
 
 // stack is a lockd serving its gateway, on its own redis-server, with one
@@ -65,6 +66,7 @@ func startStack(t *testing.T, o stackOptions) *stack {
 		file.Auth = &config.Auth{Clients: []config.Client{
 			{Name: "orders", Token: ordersToken, Locks: []string{"orders/"}, Apps: []string{"mp"}},
 			{Name: "ops", Token: opsToken, Locks: []string{""}},
+			{Name: "admin", Token: adminToken, Admin: true},
 		}}
 	}
 	if o.limits == (service.Limits{}) {

@@ -22,8 +22,11 @@ type pipe struct{ *bufconn.Listener }
 func newPipe() *pipe { return &pipe{bufconn.Listen(256 << 10)} }
 
 // pipeConn marks the connections of a pipe, so Credentials can tell them
-// from the network's.
+// from the network's, and lockd its calls (see callerPeer).
 type pipeConn struct{ net.Conn }
+
+// RemoteAddr is pipeAddr: only the gateway's connections have it.
+func (pipeConn) RemoteAddr() net.Addr { return pipeAddr{} }
 
 func (p *pipe) Accept() (net.Conn, error) {
 	c, err := p.Listener.Accept()

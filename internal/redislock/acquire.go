@@ -37,17 +37,18 @@ func (c *Client) Acquire(ctx context.Context, req Request) (Result, error) {
 	if !ownerGiven {
 		req.Owner = "lockd-" + newID()
 	}
-	a := &attempt{c: c, ks: c.keys(req.Key), req: req, ownerGiven: ownerGiven, leaseID: newID(), id: newAttemptID(), start: time.Now()}
+	a := &attempt{c: c, ks: c.keys(req.Key), req: req, ownerGiven: ownerGiven, start: time.Now()}
+	a.freshIDs()
 
 	if req.Wait <= 0 {
-		res, err := a.try(ctx, 0)
+		res, err := a.tryInTime(ctx, 0)
 		return a.finish(ctx, res, err)
 	}
 	deadline := a.start.Add(req.Wait)
 	if d, ok := ctx.Deadline(); ok && d.Before(deadline) {
 		deadline = d
 	}
-	res, err := a.try(ctx, time.Until(deadline))
+	res, err := a.tryInTime(ctx, time.Until(deadline))
 	if err != nil || res.Acquired {
 		return a.finish(ctx, res, err)
 	}
@@ -76,7 +77,7 @@ func (c *Client) Acquire(ctx context.Context, req Request) (Result, error) {
 			break
 		}
 		// Re-check after subscribing, and after every wake-up.
-		res, err = a.try(ctx, left)
+		res, err = a.tryInTime(ctx, left)
 		if err != nil || res.Acquired {
 			return a.finish(ctx, res, err)
 		}
@@ -110,6 +111,35 @@ type attempt struct {
 	start      time.Time
 	queued     bool // a try may have queued it as a waiting writer
 	replayed   bool // the grant is a retried request_id's first result
+}
+
+// freshIDs gives the attempt a new attempt id and lease id.
+func (a *attempt) freshIDs() {
+	a.id = newAttemptID()
+	a.leaseID = newID()
+	if a.req.NewLeaseID != nil {
+		a.leaseID = a.req.NewLeaseID()
+	}
+}
+
+// tryInTime is try, but a grant whose reply came after its lease may have
+// run out (a slow network, a long pause of this process) is no grant: the
+// lease is known to run until sent + remaining by this host's clock and not
+// a moment longer, so a reply later than that is undone and answered as
+// not acquired, with no wait before the next try. The attempt goes on with
+// fresh ids, so the undo of the late grant never touches a later one.
+func (a *attempt) tryInTime(ctx context.Context, wait time.Duration) (Result, error) {
+	res, err := a.try(ctx, wait)
+	if err != nil || !res.Acquired || time.Now().Before(res.Lease.sent.Add(res.Lease.remaining)) {
+		return res, err
+	}
+	if !a.replayed {
+		late := *a
+		late.undo(true)
+	}
+	a.replayed = false
+	a.freshIDs()
+	return Result{}, nil
 }
 
 func (a *attempt) try(ctx context.Context, wait time.Duration) (Result, error) {

@@ -51,6 +51,9 @@ var contract = []struct {
 	{"SemaphoreEdges", contractSemaphoreEdges},
 	{"AtMostLimitPermits", contractAtMostLimitPermits},
 	{"BusyAnswersNameTheHolder", contractBusyAnswersNameTheHolder},
+	{"Describe", contractDescribe},
+	{"ForceRelease", contractForceRelease},
+	{"ListLocks", contractListLocks},
 }
 
 // backend is one store the contract runs against. Cases sharing a store

@@ -75,6 +75,9 @@ type CampaignRequest struct {
 	// the current leader resumes that leadership: the same lease and term.
 	// Empty means a fresh, unique owner.
 	Owner string
+	// NewLeaseID is as in Request: it makes the ids of the leases the
+	// campaign asks for; nil means random bits.
+	NewLeaseID func() string
 	// TTL is the leadership's lease; it must be at least 1ms.
 	TTL time.Duration
 	// BeforeWait is as in Request: called once per wait, when the
@@ -99,7 +102,7 @@ func (c *Client) Campaign(ctx context.Context, req CampaignRequest) (*Leadership
 	ks := c.keys(req.Name)
 	for {
 		res, err := c.Acquire(ctx, Request{
-			Key: req.Name, Mode: Write, Owner: req.Owner, TTL: req.TTL, Wait: campaignWait, BeforeWait: req.BeforeWait,
+			Key: req.Name, Mode: Write, Owner: req.Owner, NewLeaseID: req.NewLeaseID, TTL: req.TTL, Wait: campaignWait, BeforeWait: req.BeforeWait,
 		})
 		if err != nil {
 			return nil, err

@@ -152,6 +152,14 @@ type Request struct {
 	// Owner names the holder; the same owner asking again in the same mode
 	// re-enters its lease. Empty means a fresh, unique owner.
 	Owner string
+	// NewLeaseID, when set, makes the id a new lease of this call would
+	// get (a re-entry keeps its lease's id); called once per call, and
+	// again when a grant's reply came too late to be used. Nil
+	// means 128 fresh random bits. Its ids must be unguessable and never
+	// repeat: a lease id is all it takes to release a lease. Callers use it
+	// to bind lease ids to something of their own, such as the client a
+	// lease was granted to.
+	NewLeaseID func() string
 	// TTL is the lease's span; it must be positive.
 	TTL time.Duration
 	// Wait is how long to wait for the lock; zero tries once. The wait
@@ -426,6 +434,13 @@ func (c *Client) Renew(ctx context.Context, key, leaseID string, ttl time.Durati
 }
 
 func notHeld(key string) error {
+	return NotHeld(key)
+}
+
+// NotHeld returns the error that Release, Renew, KeepAlive, Proclaim and
+// Resign give for a lease of key that is not held: callers that refuse a
+// lease id themselves answer with it, so the answer tells nothing more.
+func NotHeld(key string) error {
 	return fmt.Errorf("%w: key %q", ErrNotHeld, key)
 }
 

@@ -53,9 +53,11 @@ func watchHealth(ctx context.Context, hs *health.Server, ping func(context.Conte
 	}
 }
 
-func httpHandler(hs *health.Server, metrics http.Handler) http.Handler {
+func httpHandler(hs *health.Server, metrics, ui http.Handler) http.Handler {
 	mux := http.NewServeMux()
 	mux.Handle("GET /metrics", metrics)
+	mux.Handle("/ui", ui)
+	mux.Handle("/ui/", ui)
 	mux.HandleFunc("GET /healthz", func(w http.ResponseWriter, _ *http.Request) {
 		_, _ = w.Write([]byte("ok\n"))
 	})

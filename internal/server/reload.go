@@ -51,8 +51,8 @@ type brokers struct {
 	retired sync.WaitGroup
 }
 
-func newBrokers(ctx context.Context, log *slog.Logger, b *token.Broker) *brokers {
-	bs := &brokers{ctx: ctx, log: log, tokens: service.NewTokenServer(b, log), quit: make(chan struct{})}
+func newBrokers(ctx context.Context, log *slog.Logger, b *token.Broker, maxWatches int) *brokers {
+	bs := &brokers{ctx: ctx, log: log, tokens: service.NewTokenServer(b, log, service.WithMaxWatches(maxWatches)), quit: make(chan struct{})}
 	bs.current, bs.stop = b, bs.refresh(b)
 	return bs
 }
@@ -117,6 +117,9 @@ type reloader struct {
 	rdb     redis.UniversalClient
 	opts    token.Options
 	metrics *telemetry.SecurityMetrics
+	audit   audit
+	// secretFlags are checked again on each reload (see secretFlags.warn).
+	secretFlags secretFlags
 }
 
 // reload loads and applies the configuration file once.
@@ -171,7 +174,13 @@ func (r *reloader) watch(ctx context.Context, reloads <-chan struct{}) {
 		case <-ctx.Done():
 			return
 		case <-reloads:
+			// The audit log is opened again first, with or without a
+			// configuration file: logrotate renames it and sends SIGHUP.
+			if err := r.audit.reopen(); err != nil {
+				r.log.Error("could not open the audit log again; it goes on in the file open so far", "err", err)
+			}
 			r.log.Info("reloading the configuration")
+			r.secretFlags.warn(r.log)
 			r.reload()
 		}
 	}

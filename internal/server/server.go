@@ -14,6 +14,8 @@ import (
 	"net/http"
 	"os"
 	"runtime"
+	"slices"
+	"sync"
 	"time"
 
 	"github.com/redis/go-redis/v9"
@@ -24,6 +26,7 @@ import (
 	"google.golang.org/grpc/reflection"
 
 	lockdv1 "github.com/lockd/lockd/gen/lockd/v1"
+	"github.com/lockd/lockd/internal/adminui"
 	"github.com/lockd/lockd/internal/auth"
 	"github.com/lockd/lockd/internal/config"
 	"github.com/lockd/lockd/internal/gateway"
@@ -157,11 +160,11 @@ func Run(ctx context.Context, cfg Config) error {
 	if cfg.Stderr == nil {
 		cfg.Stderr = os.Stderr
 	}
-	auditLog, closeAudit, err := openAudit(cfg.AuditLog, cfg.AuditLevel, cfg.Stderr)
+	auditLog, err := openAudit(cfg.AuditLog, cfg.AuditLevel, cfg.Stderr)
 	if err != nil {
 		return err
 	}
-	defer closeAudit()
+	defer auditLog.close()
 
 	tel, err := telemetry.Setup(ctx, telemetry.Options{ServiceName: "lockd", ServiceVersion: cfg.Version, Logger: log, Global: true})
 	if err != nil {
@@ -185,6 +188,7 @@ func Run(ctx context.Context, cfg Config) error {
 			log.Warn("config: " + w)
 		}
 	}
+	secretFlagsOf(cfg).warn(log)
 	// Refusals are logged as a summary per interval, so that a flood of
 	// them does not flood the log.
 	bgCtx, stopBackground := context.WithCancel(ctx)
@@ -238,8 +242,8 @@ func Run(ctx context.Context, cfg Config) error {
 		log.Warn("could not prepare lockd's data-loss markers yet; lock calls will", "err", err)
 	}
 	lockOpts := []service.Option{}
-	if auditLog != nil {
-		lockOpts = append(lockOpts, service.WithAudit(auditLog))
+	if auditLog.log != nil {
+		lockOpts = append(lockOpts, service.WithAudit(auditLog.log))
 	}
 	locks := service.NewLockServer(engine, cfg.Limits, log, lockOpts...)
 	tel.RegisterKeepAliveStreams(locks.KeepAliveStreams)
@@ -249,9 +253,9 @@ func Run(ctx context.Context, cfg Config) error {
 	if err != nil {
 		return err
 	}
-	tokens := newBrokers(bgCtx, log, broker)
+	tokens := newBrokers(bgCtx, log, broker, cfg.Limits.MaxWatches)
 	defer tokens.close()
-	reloads := &reloader{log: log, load: cfg.LoadConfig, authn: authn, brokers: tokens, rdb: rdb, opts: tokenOpts, metrics: sec}
+	reloads := &reloader{log: log, load: cfg.LoadConfig, authn: authn, brokers: tokens, rdb: rdb, opts: tokenOpts, metrics: sec, audit: auditLog, secretFlags: secretFlagsOf(cfg)}
 	reloadCtx, stopReloads := context.WithCancel(ctx)
 	reloadsDone := make(chan struct{})
 	go func() {
@@ -270,28 +274,41 @@ func Run(ctx context.Context, cfg Config) error {
 	lis = cfg.Transport.listener(lis)
 	// Handlers finish their cleanup (queued writers withdrawn, holds given
 	// back) before the engine and Redis close, even after a forced Stop.
-	opts := append(creds, grpc.WaitForHandlers(true),
-		// Reused handler goroutines keep their grown stacks: a fresh
-		// goroutine per call spends a tenth of the CPU growing its stack.
-		// gRPC starts a fresh one whenever every worker is busy, so there
-		// are enough for the calls a replica has under way at once, not
-		// only one per core; an idle worker's stack shrinks back.
-		grpc.NumStreamWorkers(uint32(streamWorkersPerCore*runtime.GOMAXPROCS(0))),
-		// Calls without a known token are refused as their headers
-		// arrive, before they cost a goroutine or a buffer.
-		grpc.InTapHandle(newGate(authn, cfg.Transport.MaxHealthStreams, refused).tap))
-	opts = append(opts, cfg.Transport.serverOptions()...)
-	opts = append(opts, tel.GRPCServerOptions()...)
-	gs := grpc.NewServer(append(opts, interceptors(log, authn)...)...)
-	lockdv1.RegisterLockServiceServer(gs, locks)
-	lockdv1.RegisterTokenServiceServer(gs, tokens.tokens)
-	lockdv1.RegisterElectionServiceServer(gs, service.NewElectionServer(locks))
-	lockdv1.RegisterSemaphoreServiceServer(gs, service.NewSemaphoreServer(locks))
+	gate := newGate(authn, cfg.Transport.MaxHealthStreams, refused)
 	hs := health.NewServer()
-	healthpb.RegisterHealthServer(gs, hs)
-	if cfg.Reflection {
-		reflection.Register(gs)
+	elections, semaphores := service.NewElectionServer(locks), service.NewSemaphoreServer(locks)
+	admin := service.NewAdminServer(locks, tokens.tokens)
+	// newServer returns a gRPC server of lockd's services on transport t,
+	// with extra options.
+	newServer := func(t Transport, extra ...grpc.ServerOption) *grpc.Server {
+		opts := append(slices.Clone(creds), grpc.WaitForHandlers(true),
+			// Reused handler goroutines keep their grown stacks: a fresh
+			// goroutine per call spends a tenth of the CPU growing its
+			// stack. gRPC starts a fresh one whenever every worker is
+			// busy, so there are enough for the calls a replica has under
+			// way at once, not only one per core; an idle worker's stack
+			// shrinks back.
+			grpc.NumStreamWorkers(uint32(streamWorkersPerCore*runtime.GOMAXPROCS(0))),
+			// Calls without a known token are refused as their headers
+			// arrive, before they cost a goroutine or a buffer.
+			grpc.InTapHandle(gate.tap))
+		opts = append(opts, extra...)
+		opts = append(opts, t.serverOptions()...)
+		opts = append(opts, tel.GRPCServerOptions()...)
+		gs := grpc.NewServer(append(opts, interceptors(log, authn)...)...)
+		lockdv1.RegisterLockServiceServer(gs, locks)
+		lockdv1.RegisterTokenServiceServer(gs, tokens.tokens)
+		lockdv1.RegisterElectionServiceServer(gs, elections)
+		lockdv1.RegisterSemaphoreServiceServer(gs, semaphores)
+		lockdv1.RegisterAdminServiceServer(gs, admin)
+		healthpb.RegisterHealthServer(gs, hs)
+		if cfg.Reflection {
+			reflection.Register(gs)
+		}
+		return gs
 	}
+	gs := newServer(cfg.Transport)
+	servers := []*grpc.Server{gs}
 
 	watchCtx, stopWatch := context.WithCancel(ctx)
 	defer stopWatch()
@@ -299,7 +316,14 @@ func Run(ctx context.Context, cfg Config) error {
 
 	addrs := Addrs{GRPC: lis.Addr().String()}
 	if cfg.GatewayListen != "" {
-		gw, err := gateway.Start(gs, gateway.Options{Listen: cfg.GatewayListen, TLS: gatewayTLS, Logger: log,
+		// The gateway's in-memory connections, one per client, are
+		// lockd's own: they get a server of their own without
+		// --max-connection-age, whose grace would cut long HTTP streams.
+		pipeTransport := cfg.Transport
+		pipeTransport.MaxConnectionAge, pipeTransport.MaxConnectionAgeGrace = 0, 0
+		pipe := newServer(pipeTransport, gateway.ServerOptions()...)
+		servers = append(servers, pipe)
+		gw, err := gateway.Start(pipe, gateway.Options{Listen: cfg.GatewayListen, TLS: gatewayTLS, Logger: log,
 			Authenticated: authn.Enabled, Hosts: cfg.GatewayHosts, Identify: authn.Identify, MaxConnections: cfg.Transport.MaxConnections})
 		if err != nil {
 			lis.Close()
@@ -323,7 +347,16 @@ func Run(ctx context.Context, cfg Config) error {
 		addrs.HTTP = hl.Addr().String()
 		// Anyone who reaches the port may connect: connections, headers
 		// and idle keep-alives are bounded as the gateway's are.
-		httpSrv = &http.Server{Handler: httpHandler(hs, tel.MetricsHandler()), ReadHeaderTimeout: 5 * time.Second,
+		uiConn, closeUI, err := gateway.InProcess(gs)
+		if err != nil {
+			hl.Close()
+			lis.Close()
+			return err
+		}
+		defer func() { _ = closeUI() }()
+		ui := adminui.Handler(adminui.Options{Admin: lockdv1.NewAdminServiceClient(uiConn), Authenticated: authn.Enabled,
+			IsAdmin: authn.IsAdminToken, Hosts: cfg.GatewayHosts})
+		httpSrv = &http.Server{Handler: httpHandler(hs, tel.MetricsHandler(), ui), ReadHeaderTimeout: 5 * time.Second,
 			IdleTimeout: gateway.IdleTimeout, WriteTimeout: gateway.WriteTimeout, MaxHeaderBytes: gateway.MaxHeaderBytes,
 			ErrorLog: slog.NewLogLogger(log.Handler(), slog.LevelDebug)}
 		hl = httpbound.Limit(httpSrv, hl, cfg.Transport.MaxConnections)
@@ -362,14 +395,20 @@ func Run(ctx context.Context, cfg Config) error {
 	tokens.tokens.Drain()
 	stopped := make(chan struct{})
 	go func() {
-		gs.GracefulStop()
+		var wg sync.WaitGroup
+		for _, s := range servers {
+			wg.Go(s.GracefulStop)
+		}
+		wg.Wait()
 		close(stopped)
 	}()
 	select {
 	case <-stopped:
 	case <-time.After(cfg.ShutdownTimeout):
 		log.Warn("graceful stop timed out; stopping", "timeout", cfg.ShutdownTimeout)
-		gs.Stop()
+		for _, s := range servers {
+			s.Stop()
+		}
 	}
 	if httpSrv != nil {
 		sctx, cancel := context.WithTimeout(context.Background(), time.Second)

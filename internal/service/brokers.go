@@ -31,12 +31,14 @@ type generation struct {
 	mu      sync.Mutex
 	calls   int
 	retired bool
-	idle    chan struct{} // closed once retired with no call under way
-	gone    chan struct{} // closed once retired
+	idle    chan struct{}   // closed once retired with no call under way
+	gone    context.Context // canceled once retired
+	retire  context.CancelFunc
 }
 
 func newGeneration(b *token.Broker) *generation {
-	return &generation{b: b, idle: make(chan struct{}), gone: make(chan struct{})}
+	gone, retire := context.WithCancel(context.Background())
+	return &generation{b: b, idle: make(chan struct{}), gone: gone, retire: retire}
 }
 
 func newSwapBroker(b *token.Broker) *swapBroker {
@@ -82,7 +84,7 @@ func (s *swapBroker) swap(b *token.Broker) (*token.Broker, <-chan struct{}) {
 	old.mu.Lock()
 	defer old.mu.Unlock()
 	old.retired = true
-	close(old.gone)
+	old.retire()
 	if old.calls == 0 {
 		close(old.idle)
 	}
@@ -126,14 +128,10 @@ func (s *swapBroker) Watch(ctx context.Context, app string, caller token.Caller,
 			g.done()
 			return fmt.Errorf("%w: %q", token.ErrUnknownApp, app)
 		}
+		// Watches are many and long-lived: the move to the next broker is
+		// a callback, not a goroutine per watch.
 		wctx, cancel := context.WithCancel(ctx)
-		go func() {
-			select {
-			case <-g.gone:
-				cancel()
-			case <-wctx.Done():
-			}
-		}()
+		stop := context.AfterFunc(g.gone, cancel)
 		err := g.b.Watch(wctx, app, caller, func(tok token.Token) error {
 			if tok.AccessToken == last {
 				return nil
@@ -141,10 +139,11 @@ func (s *swapBroker) Watch(ctx context.Context, app string, caller token.Caller,
 			last = tok.AccessToken
 			return send(tok)
 		})
+		stop()
 		cancel()
 		g.done()
 		select {
-		case <-g.gone:
+		case <-g.gone.Done():
 			if ctx.Err() == nil {
 				continue // replaced: go on with the new broker
 			}

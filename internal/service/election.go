@@ -61,7 +61,7 @@ func (e *ElectionServer) Campaign(req *lockdv1.CampaignRequest, stream lockdv1.E
 	defer stop()
 
 	lead, err := e.elect(ctx, kctx, redislock.CampaignRequest{
-		Name: req.GetName(), Value: req.GetValue(), Owner: ownerFor(ctx, req.GetOwner()), TTL: ttl,
+		Name: req.GetName(), Value: req.GetValue(), Owner: ownerFor(ctx, req.GetOwner()), NewLeaseID: newLeaseIDFor(ctx), TTL: ttl,
 		BeforeWait: func() (func(), error) { return s.takeWaiter(ctx) },
 	})
 	if err != nil {
@@ -183,6 +183,9 @@ func (e *ElectionServer) Proclaim(ctx context.Context, req *lockdv1.ProclaimRequ
 	if err := validValue(req.GetValue()); err != nil {
 		return nil, err
 	}
+	if !callersLease(ctx, req.GetLeaseId()) {
+		return nil, toStatus(ctx, s.log, redislock.NotHeld(req.GetName()))
+	}
 	bctx, cancel := bounded(ctx)
 	defer cancel()
 	l, err := s.engine.Proclaim(bctx, req.GetName(), req.GetLeaseId(), req.GetValue())
@@ -200,6 +203,9 @@ func (e *ElectionServer) Resign(ctx context.Context, req *lockdv1.ResignRequest)
 	}
 	if err := validLeaseID(req.GetLeaseId()); err != nil {
 		return nil, err
+	}
+	if !callersLease(ctx, req.GetLeaseId()) {
+		return nil, toStatus(ctx, s.log, redislock.NotHeld(req.GetName()))
 	}
 	bctx, cancel := bounded(ctx)
 	defer cancel()

@@ -123,14 +123,15 @@ func redisUnavailable(err error) bool {
 	return strings.Contains(err.Error(), "connection refused") || strings.Contains(err.Error(), "connection reset")
 }
 
-// bounded returns ctx with a deadline a little before the caller's, so that
-// when Redis does not answer the caller still hears UNAVAILABLE (retryable)
-// from lockd rather than its own DEADLINE_EXCEEDED.
+// bounded returns ctx with a deadline a little before the caller's (a fifth
+// of the time left, at most 200 ms), so that when Redis does not answer the
+// caller still hears UNAVAILABLE (retryable) from lockd rather than its own
+// DEADLINE_EXCEEDED, even when a busy machine delays the answer.
 func bounded(ctx context.Context) (context.Context, context.CancelFunc) {
 	dl, ok := ctx.Deadline()
 	if !ok {
 		return context.WithCancel(ctx)
 	}
 	left := time.Until(dl)
-	return context.WithDeadline(ctx, dl.Add(-min(left/10, 100*time.Millisecond)))
+	return context.WithDeadline(ctx, dl.Add(-min(left/5, 200*time.Millisecond)))
 }

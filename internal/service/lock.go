@@ -141,7 +141,8 @@ func (s *LockServer) acquireLimited(ctx context.Context, mode redislock.Mode, li
 		defer stop()
 	}
 	res, err := s.engine.Acquire(bctx, redislock.Request{
-		Key: req.GetKey(), Mode: mode, Limit: limit, Owner: ownerFor(ctx, req.GetOwner()), TTL: ttl, Wait: wait,
+		Key: req.GetKey(), Mode: mode, Limit: limit, Owner: ownerFor(ctx, req.GetOwner()), NewLeaseID: newLeaseIDFor(ctx),
+		TTL: ttl, Wait: wait,
 		RequestID: requestIDFor(ctx, req.GetRequestId()),
 		// Only a call that finds the key busy and waits takes a
 		// waiter's place; one granted at once never does.
@@ -167,6 +168,9 @@ func (s *LockServer) Release(ctx context.Context, req *lockdv1.ReleaseRequest) (
 	if err := validText("request_id", req.GetRequestId(), maxRequestIDBytes); err != nil {
 		return nil, err
 	}
+	if !callersLease(ctx, req.GetLeaseId()) {
+		return nil, toStatus(ctx, s.log, redislock.NotHeld(req.GetKey()))
+	}
 	bctx, cancel := bounded(ctx)
 	defer cancel()
 	n, err := s.engine.Release(bctx, req.GetKey(), req.GetLeaseId(), requestIDFor(ctx, req.GetRequestId()))
@@ -188,6 +192,9 @@ func (s *LockServer) Renew(ctx context.Context, req *lockdv1.RenewRequest) (*loc
 	ttl, err := s.limits.ttl("ttl", req.GetTtl(), 0)
 	if err != nil {
 		return nil, err
+	}
+	if !callersLease(ctx, req.GetLeaseId()) {
+		return nil, toStatus(ctx, s.log, redislock.NotHeld(req.GetKey()))
 	}
 	bctx, cancel := bounded(ctx)
 	defer cancel()
@@ -216,6 +223,9 @@ func (s *LockServer) KeepAlive(req *lockdv1.KeepAliveRequest, stream lockdv1.Loc
 		return toStatus(ctx, s.log, err)
 	}
 	defer done()
+	if !callersLease(ctx, req.GetLeaseId()) {
+		return toStatus(ctx, s.log, redislock.NotHeld(req.GetKey()))
+	}
 
 	kctx, stop := s.endOnDrain(ctx)
 	defer stop()

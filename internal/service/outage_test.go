@@ -37,7 +37,7 @@ func TestFrozenRedis(t *testing.T) {
 	}()
 	call := func(what string, f func(ctx context.Context) error) {
 		t.Helper()
-		cctx, cancel := context.WithTimeout(ctx, 500*time.Millisecond)
+		cctx, cancel := context.WithTimeout(ctx, 2*time.Second)
 		defer cancel()
 		err := f(cctx)
 		if status.Code(err) != codes.Unavailable {

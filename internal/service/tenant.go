@@ -67,7 +67,7 @@ func displayed(ctx context.Context, owner string) string {
 
 // clientCounts counts what one client holds on this replica.
 type clientCounts struct {
-	waiters, keepAlives atomic.Int64
+	waiters, keepAlives, watches atomic.Int64
 }
 
 // perClient keeps each client's counts; a client's entry lives as long as

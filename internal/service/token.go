@@ -3,8 +3,11 @@ package service
 import (
 	"context"
 	"errors"
+	"fmt"
 	"log/slog"
 	"maps"
+	"strings"
+	"sync/atomic"
 
 	"google.golang.org/genproto/googleapis/rpc/errdetails"
 	"google.golang.org/grpc/codes"
@@ -57,17 +60,33 @@ type TokenServer struct {
 	brokers *swapBroker
 	log     *slog.Logger
 
-	// drained ends when the server drains.
-	drained context.Context
-	drain   context.CancelFunc
+	// draining is canceled by Drain: open watches end on it without a
+	// goroutine of their own.
+	draining   context.Context
+	drain      context.CancelFunc
+	maxWatches int
+	watches    atomic.Int64
+	clients    perClient
+}
+
+// TokenOption tunes a TokenServer.
+type TokenOption func(*TokenServer)
+
+// WithMaxWatches bounds the WatchAccessToken streams open at once on the
+// TokenServer; 0 means no bound.
+func WithMaxWatches(n int) TokenOption {
+	return func(s *TokenServer) { s.maxWatches = n }
 }
 
 // NewTokenServer returns a TokenServer on broker; a nil broker serves no
 // apps, so every call is NOT_FOUND. SetBroker replaces it.
-func NewTokenServer(broker *token.Broker, log *slog.Logger) *TokenServer {
+func NewTokenServer(broker *token.Broker, log *slog.Logger, opts ...TokenOption) *TokenServer {
 	s := &TokenServer{brokers: newSwapBroker(broker), log: log}
-	s.drained, s.drain = context.WithCancel(context.Background())
+	s.draining, s.drain = context.WithCancel(context.Background())
 	s.broker = s.brokers
+	for _, o := range opts {
+		o(s)
+	}
 	return s
 }
 
@@ -76,6 +95,15 @@ func NewTokenServer(broker *token.Broker, log *slog.Logger) *TokenServer {
 // them.
 func (s *TokenServer) Drain() {
 	s.drain()
+}
+
+// takeWatch counts an open WatchAccessToken stream against the replica's
+// bound and the client's own (its keepalives limit, which bounds its
+// long-lived streams; watches are counted apart from its lock streams).
+func (s *TokenServer) takeWatch(ctx context.Context) (func(), error) {
+	return take(ctx, &s.watches, s.maxWatches,
+		func(c *clientCounts) *atomic.Int64 { return &c.watches },
+		func(l auth.Limits) int { return l.KeepAlives }, &s.clients, "WatchAccessToken streams")
 }
 
 // caller is the authenticated client of ctx, as the broker limits and logs
@@ -170,15 +198,38 @@ func (s *TokenServer) WatchAccessToken(req *lockdv1.WatchAccessTokenRequest, str
 	if s.broker == nil {
 		return s.status(ctx, req.GetApp(), token.ErrUnknownApp)
 	}
-	wctx, stop := endOnDrain(ctx, s.drained)
+	done, err := s.takeWatch(ctx)
+	if err != nil {
+		return toStatus(ctx, s.log, err)
+	}
+	defer done()
+	// A watch ends when the server drains, through a callback rather than
+	// a goroutine per stream: watches are many and long-lived.
+	wctx, cancel := context.WithCancelCause(ctx)
+	defer cancel(nil)
+	stop := context.AfterFunc(s.draining, func() { cancel(errShuttingDown) })
 	defer stop()
-	err := s.broker.Watch(wctx, req.GetApp(), caller(ctx), func(tok token.Token) error {
+	err = s.broker.Watch(wctx, req.GetApp(), caller(ctx), func(tok token.Token) error {
 		return stream.Send(&lockdv1.WatchAccessTokenResponse{AccessToken: tok.AccessToken, ExpireTime: timestamppb.New(tok.ExpireTime)})
 	})
 	if context.Cause(wctx) == errShuttingDown {
 		err = errShuttingDown
 	}
 	return s.status(ctx, req.GetApp(), err)
+}
+
+// public is err's message as callers may read it: a transport failure's
+// network detail (addresses, DNS names, resolvers) goes to the log only.
+func (s *TokenServer) public(ctx context.Context, app string, err error, we *wechat.Error) string {
+	msg := err.Error()
+	if we == nil || !we.Transport {
+		return msg
+	}
+	s.log.DebugContext(ctx, "token: upstream unreachable", "app", app, "err", err)
+	if full := we.Error(); strings.Contains(msg, full) {
+		return strings.ReplaceAll(msg, full, we.Public())
+	}
+	return fmt.Sprintf("token: app %q: %s", app, we.Public())
 }
 
 func validApp(app string) error {
@@ -251,7 +302,7 @@ func (s *TokenServer) status(ctx context.Context, app string, err error) error {
 	if errors.As(err, &te) && te.RetryAfter > 0 {
 		details = append(details, &errdetails.RetryInfo{RetryDelay: durationpb.New(te.RetryAfter)})
 	}
-	st := status.New(code, err.Error())
+	st := status.New(code, s.public(ctx, app, err, we))
 	if withDetails, derr := st.WithDetails(details...); derr == nil {
 		st = withDetails
 	}

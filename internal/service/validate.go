@@ -94,6 +94,9 @@ type Limits struct {
 	// MaxKeepAlives bounds the KeepAlive streams open at once in this
 	// process; 0 means no bound.
 	MaxKeepAlives int
+	// MaxWatches bounds the WatchAccessToken streams open at once in this
+	// process (see WithMaxWatches); 0 means no bound.
+	MaxWatches int
 }
 
 // DefaultLimits are the limits of SPEC §2.
@@ -117,7 +120,7 @@ func (l Limits) Validate() error {
 		return fmt.Errorf("default ttl %v is outside [%v, %v]", l.DefaultTTL, l.MinTTL, l.MaxTTL)
 	case l.MaxWait < 0:
 		return fmt.Errorf("max wait must not be negative, got %v", l.MaxWait)
-	case l.MaxWaiters < 0 || l.MaxKeepAlives < 0:
+	case l.MaxWaiters < 0 || l.MaxKeepAlives < 0 || l.MaxWatches < 0:
 		return fmt.Errorf("limits on waiters and streams must not be negative")
 	}
 	return nil

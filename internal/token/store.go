@@ -165,8 +165,10 @@ type state struct {
 	lifetime   time.Duration
 	written    time.Time
 	gen        int64
-	failure    *Error // the recorded failure while its hold lasts
-	attempts   int    // failed mints in a row
+	failure    *Error        // the recorded failure while its hold lasts
+	lastFail   *wechat.Error // the recorded failure, held or not
+	failUntil  time.Time     // when its hold ends
+	attempts   int           // failed mints in a row
 	demand     bool
 	mintsToday int64
 	verdict    verdict
@@ -225,6 +227,9 @@ func readState(reply []any, name string, at time.Time) (state, error) {
 		verdict: verdict{hash: str(13), kind: str(14), at: ms(15), until: ms(16),
 			why: str(17), errcode: int(num(18)), count: int(num(19))},
 	}
+	if rec := str(8); rec != "" {
+		st.lastFail, st.failUntil = decodeFailure(rec), ms(9)
+	}
 	if rec, until := str(8), ms(9); rec != "" && until.After(st.now) {
 		st.failure = &Error{App: name, Err: decodeFailure(rec), RetryAfter: until.Sub(st.now), Recorded: true}
 	}
@@ -240,10 +245,11 @@ type failureRecord struct {
 	HTTPStatus int    `json:"http_status,omitempty"`
 	Endpoint   string `json:"endpoint"`
 	Detail     string `json:"detail,omitempty"`
+	Transport  bool   `json:"transport,omitempty"`
 }
 
 func encodeFailure(e *wechat.Error) string {
-	r := failureRecord{Class: e.Class.String(), Errcode: e.Errcode, Errmsg: e.Errmsg, HTTPStatus: e.HTTPStatus, Endpoint: e.Endpoint}
+	r := failureRecord{Class: e.Class.String(), Errcode: e.Errcode, Errmsg: e.Errmsg, HTTPStatus: e.HTTPStatus, Endpoint: e.Endpoint, Transport: e.Transport}
 	if e.Err != nil {
 		r.Detail = e.Err.Error()
 	}
@@ -256,7 +262,7 @@ func decodeFailure(s string) *wechat.Error {
 	if err := json.Unmarshal([]byte(s), &r); err != nil {
 		return &wechat.Error{Class: wechat.ClassUnavailable, Err: errors.New("unreadable failure record")}
 	}
-	e := &wechat.Error{Errcode: r.Errcode, Errmsg: r.Errmsg, HTTPStatus: r.HTTPStatus, Endpoint: r.Endpoint}
+	e := &wechat.Error{Errcode: r.Errcode, Errmsg: r.Errmsg, HTTPStatus: r.HTTPStatus, Endpoint: r.Endpoint, Transport: r.Transport}
 	switch r.Class {
 	case wechat.ClassCredentials.String():
 		e.Class = wechat.ClassCredentials

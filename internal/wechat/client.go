@@ -247,7 +247,7 @@ func (c *Client) fail(ctx context.Context, endpoint string, err error, extra ...
 		// context errors through do not mistake it for their own.
 		cause = errors.New(cause.Error())
 	}
-	return &Error{Class: ClassUnavailable, Endpoint: endpoint, Err: cause}
+	return &Error{Class: ClassUnavailable, Endpoint: endpoint, Err: cause, Transport: true}
 }
 
 // scrub peels *url.Error layers, whose messages hold the full URL and so the

@@ -124,6 +124,11 @@ type Error struct {
 	// Err is the cause of a transport failure or unusable reply, stripped of
 	// any *url.Error and of the secret; nil for errcode and HTTP replies.
 	Err error
+	// Transport is true when the request or its reply was lost on the way
+	// (dial, DNS, TLS, reset, timeout): Err then holds network detail such
+	// as addresses and resolvers, for the log and not for callers (see
+	// Public).
+	Transport bool
 
 	tokenRejected bool // a Ticket call refused its access_token
 }
@@ -148,6 +153,15 @@ func (e *Error) Error() string {
 		detail = "failed"
 	}
 	return fmt.Sprintf("wechat: %s: %s (%s)", e.Endpoint, detail, e.Class)
+}
+
+// Public is Error without network detail: for a transport failure it says
+// only that the endpoint could not be reached; otherwise it is Error.
+func (e *Error) Public() string {
+	if !e.Transport {
+		return e.Error()
+	}
+	return fmt.Sprintf("wechat: %s: upstream unreachable (%s)", e.Endpoint, e.Class)
 }
 
 // Unwrap returns Err.

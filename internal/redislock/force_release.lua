@@ -1,0 +1,61 @@
+-- force_release.lua ends the leases of one owner of a key (in every mode it
+-- holds the key), or of every holder, whoever keeps them alive: an
+-- administrator's way out of a stuck lock. An election whose leader it ends
+-- loses its value and tells its observers; waiters are woken. The fencing
+-- counter stays, so every later token exceeds the ended leases' tokens.
+--
+-- KEYS[1] the lock's record (see common.lua)
+-- ARGV[1] owner, or '' for every holder
+-- ARGV[2] channel that wakes waiters
+-- ARGV[3] the election's channel (<prefix>:{<key>}:leader)
+-- ARGV[4] publish command: PUBLISH or SPUBLISH
+-- Returns the leases ended, each {mode, hold_count, fencing_token, ttl_ms,
+-- expire_ms, owner}; none when no lease matched.
+
+local owner, channel, leader_channel, publish_cmd = ARGV[1], ARGV[2], ARGV[3], ARGV[4]
+
+local wake = begin() or lost_record
+
+local ids = {}
+if owner ~= '' then
+  for _, mode in ipairs({'w', 'r', 'p'}) do
+    local id = redis.call('HGET', rec, 'o:' .. mode .. ':' .. owner)
+    if id then table.insert(ids, id) end
+  end
+else
+  local cursor = '0'
+  repeat
+    local r = redis.call('HSCAN', rec, cursor, 'MATCH', 'l:*', 'COUNT', 1000)
+    cursor = r[1]
+    for i = 1, #r[2], 2 do
+      table.insert(ids, string.sub(r[2][i], 3))
+    end
+  until cursor == '0'
+end
+
+local ended = {}
+local lead = false
+for _, id in ipairs(ids) do
+  local l = get_lease(id)
+  if lost_record then
+    break
+  end
+  if l then
+    drop(id, l)
+    table.insert(ended, {l.mode, l.count, l.token, l.ttl, l.expire, l.owner})
+    local ev = redis.call('HGET', rec, 'ev')
+    if ev and string.sub(ev, 1, #id + 1) == id .. '|' then
+      redis.call('HDEL', rec, 'ev')
+      lead = true
+    end
+  end
+end
+
+if #ended > 0 or wake or lost_record then
+  publish(channel, publish_cmd)
+end
+if lead then
+  publish(leader_channel, publish_cmd)
+end
+tidy()
+return ended

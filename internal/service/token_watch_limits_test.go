@@ -1,0 +1,89 @@
+package service_test
+
+import (
+	"context"
+	"io"
+	"log/slog"
+	"testing"
+	"time"
+
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/metadata"
+	"google.golang.org/grpc/status"
+
+	lockdv1 "github.com/lockd/lockd/gen/lockd/v1"
+	"github.com/lockd/lockd/internal/auth"
+	"github.com/lockd/lockd/internal/service"
+	"github.com/lockd/lockd/internal/token"
+)
+
+// TestWatchStreamsAreBounded: a replica allows 3 WatchAccessToken streams
+// at once, and client "orders" (keepalives: 1) one of its own. Orders'
+// second stream is RESOURCE_EXHAUSTED while "shop" is served; beyond 3 in
+// all every client is refused; a stream that ends gives its place back.
+func TestWatchStreamsAreBounded(t *testing.T) {
+	t.Parallel()
+	b, _, _ := newBroker(t, token.Options{})
+	a, err := auth.New([]auth.Client{
+		{Name: "orders", Token: "orders-bearer-token-0123", Apps: []string{"classic"}, Limits: auth.Limits{KeepAlives: 1}},
+		{Name: "shop", Token: "shop-bearer-token-012345", Apps: []string{"classic"}},
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	srv := service.NewTokenServer(b, slog.New(slog.NewTextHandler(io.Discard, nil)), service.WithMaxWatches(3))
+	conn := serveWith(t, a, func(gs *grpc.Server) { lockdv1.RegisterTokenServiceServer(gs, srv) })
+	c := lockdv1.NewTokenServiceClient(conn)
+	ctx := timeout(t, time.Minute)
+	orders := metadata.AppendToOutgoingContext(ctx, "authorization", "Bearer orders-bearer-token-0123")
+	shop := metadata.AppendToOutgoingContext(ctx, "authorization", "Bearer shop-bearer-token-012345")
+
+	// watch opens a stream and returns its first answer's error and a
+	// function that closes it.
+	watch := func(ctx context.Context) (error, func()) {
+		sctx, cancel := context.WithCancel(ctx)
+		s, err := c.WatchAccessToken(sctx, &lockdv1.WatchAccessTokenRequest{App: "classic"})
+		if err == nil {
+			_, err = s.Recv()
+		}
+		if err != nil {
+			cancel()
+		}
+		return err, cancel
+	}
+	mustOpen := func(who string, ctx context.Context) func() {
+		t.Helper()
+		err, stop := watch(ctx)
+		if err != nil {
+			t.Fatalf("%s's watch: %v", who, err)
+		}
+		return stop
+	}
+	mustRefuse := func(who string, ctx context.Context) {
+		t.Helper()
+		if err, _ := watch(ctx); status.Code(err) != codes.ResourceExhausted {
+			t.Fatalf("%s's watch beyond the limit: %v, want RESOURCE_EXHAUSTED", who, err)
+		}
+	}
+
+	stopOrders := mustOpen("orders", orders)
+	mustRefuse("orders (its own limit)", orders)
+	stopShop1 := mustOpen("shop", shop)
+	mustOpen("shop", shop)
+	mustRefuse("shop (the replica's limit)", shop)
+	stopOrders()
+	stopShop1()
+	// Places come back once the server has seen the streams end.
+	deadline := time.Now().Add(20 * time.Second)
+	for {
+		err, _ := watch(orders)
+		if err == nil {
+			break
+		}
+		if status.Code(err) != codes.ResourceExhausted || time.Now().After(deadline) {
+			t.Fatalf("orders' watch after streams ended: %v", err)
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+}
