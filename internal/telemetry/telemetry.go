@@ -1,7 +1,8 @@
 // Package telemetry gives lockd its OpenTelemetry metrics and traces.
 //
 // Metrics go to a Prometheus registry of their own, served by
-// [Telemetry.MetricsHandler]: otelgrpc's rpc_server_* series, redisotel's
+// [Telemetry.MetricsHandler]: otelgrpc's rpc_server_* series (recorded by
+// otelgrpc while traces are exported, by callMetrics otherwise), redisotel's
 // connection-pool series, the Go runtime and process collectors, and lockd's
 // own lockd_* series (see [LockMetrics] and [TokenMetrics]).
 //
