@@ -7,26 +7,29 @@ import (
 	"strings"
 	"sync"
 	"sync/atomic"
+	"time"
 
 	"go.opentelemetry.io/contrib/instrumentation/google.golang.org/grpc/otelgrpc"
 	"go.opentelemetry.io/otel/attribute"
 	"go.opentelemetry.io/otel/metric"
 	semconv "go.opentelemetry.io/otel/semconv/v1.43.0"
 	"go.opentelemetry.io/otel/semconv/v1.43.0/rpcconv"
+	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/stats"
 	"google.golang.org/grpc/status"
 )
 
-// callMetrics is the gRPC stats handler lockd uses while no trace is
-// exported: it records rpc.server.call.duration exactly as otelgrpc's
-// server handler does (the same instrument, scope, buckets and
-// attributes: rpc.method, rpc.system.name, rpc.response.status_code and,
-// for the codes otelgrpc counts as server errors, error.type), and nothing
-// else, as otelgrpc then records nothing else either. It skips what
-// otelgrpc spends on every call even so: extracting the caller's trace
-// context (a copy of the call's metadata), starting a span that records
-// nothing, and building and hashing an attribute set per call. Here each
+// callMetrics measures gRPC calls while no trace is exported: it records
+// rpc.server.call.duration as otelgrpc's server handler does (the same
+// instrument, scope, buckets and attributes: rpc.method, rpc.system.name,
+// rpc.response.status_code and, for the codes otelgrpc counts as server
+// errors, error.type), and nothing else, as otelgrpc then records nothing
+// else either. It skips what otelgrpc and gRPC spend on every call even
+// so: the stats events gRPC builds for a stats handler (with a copy of the
+// call's metadata), extracting the caller's trace context (another copy),
+// starting a span that records nothing, and building and hashing an
+// attribute set per call. It measures from interceptors, and each
 // method's sets are built once per status code.
 type callMetrics struct {
 	duration metric.Float64Histogram
@@ -42,11 +45,10 @@ const maxCachedMethods = 1024
 
 // methodSets are the attribute sets of one method's calls, by status code.
 type methodSets struct {
+	skip   bool                 // not measured (health checks, reflection)
 	attrs  []attribute.KeyValue // rpc.method (when well formed), rpc.system.name
 	byCode [codes.Unauthenticated + 1]atomic.Pointer[attribute.Set]
 }
-
-type callKey struct{}
 
 // callDurationBuckets are otelgrpc's bucket boundaries for
 // rpc.server.call.duration, in seconds.
@@ -76,18 +78,34 @@ func leanCallMetrics(getenv func(string) string) bool {
 	return true
 }
 
-// TagConn implements stats.Handler.
-func (*callMetrics) TagConn(ctx context.Context, _ *stats.ConnTagInfo) context.Context { return ctx }
+// serverOptions are the interceptors that measure every call, outermost
+// in the chain. They see what a stats handler sees of a call but its
+// decoding and its last write, without gRPC building the stats events
+// (and copying the call's metadata) for them.
+func (h *callMetrics) serverOptions() []grpc.ServerOption {
+	return []grpc.ServerOption{grpc.ChainUnaryInterceptor(h.unary), grpc.ChainStreamInterceptor(h.stream)}
+}
 
-// HandleConn implements stats.Handler.
-func (*callMetrics) HandleConn(context.Context, stats.ConnStats) {}
-
-// TagRPC implements stats.Handler: it notes the call's method.
-func (h *callMetrics) TagRPC(ctx context.Context, info *stats.RPCTagInfo) context.Context {
-	if h.filter != nil && !h.filter(info) {
-		return ctx
+func (h *callMetrics) unary(ctx context.Context, req any, info *grpc.UnaryServerInfo, handler grpc.UnaryHandler) (any, error) {
+	m := h.method(info.FullMethod)
+	if m.skip {
+		return handler(ctx, req)
 	}
-	return context.WithValue(ctx, callKey{}, h.method(info.FullMethodName))
+	start := time.Now()
+	resp, err := handler(ctx, req)
+	h.record(ctx, m, start, err)
+	return resp, err
+}
+
+func (h *callMetrics) stream(srv any, ss grpc.ServerStream, info *grpc.StreamServerInfo, handler grpc.StreamHandler) error {
+	m := h.method(info.FullMethod)
+	if m.skip {
+		return handler(srv, ss)
+	}
+	start := time.Now()
+	err := handler(srv, ss)
+	h.record(ss.Context(), m, start, err)
+	return err
 }
 
 // method returns the sets of fullMethod, cached while there are few.
@@ -95,7 +113,7 @@ func (h *callMetrics) method(fullMethod string) *methodSets {
 	if m, ok := h.methods.Load(fullMethod); ok {
 		return m.(*methodSets)
 	}
-	m := &methodSets{}
+	m := &methodSets{skip: h.filter != nil && !h.filter(&stats.RPCTagInfo{FullMethodName: fullMethod})}
 	if name, ok := strings.CutPrefix(fullMethod, "/"); ok {
 		m.attrs = append(m.attrs, semconv.RPCMethod(name))
 	}
@@ -110,20 +128,13 @@ func (h *callMetrics) method(fullMethod string) *methodSets {
 	return m
 }
 
-// HandleRPC implements stats.Handler: it records the call's duration when
-// it ends.
-func (h *callMetrics) HandleRPC(ctx context.Context, rs stats.RPCStats) {
-	end, ok := rs.(*stats.End)
-	if !ok {
+// record records a call of m that began at start and ended with err.
+func (h *callMetrics) record(ctx context.Context, m *methodSets, start time.Time, err error) {
+	if !h.duration.Enabled(ctx) {
 		return
 	}
-	m, ok := ctx.Value(callKey{}).(*methodSets)
-	if !ok || !h.duration.Enabled(ctx) {
-		return
-	}
-	code := status.Code(end.Error)
-	elapsed := float64(end.EndTime.Sub(end.BeginTime)) / 1e9
-	h.duration.Record(ctx, elapsed, metric.WithAttributeSet(*m.set(code)))
+	elapsed := time.Since(start).Seconds()
+	h.duration.Record(ctx, elapsed, metric.WithAttributeSet(*m.set(status.Code(err))))
 }
 
 // set returns the attribute set of a call of m that ended with code.

@@ -2,7 +2,8 @@
 //
 // Metrics go to a Prometheus registry of their own, served by
 // [Telemetry.MetricsHandler]: otelgrpc's rpc_server_* series (recorded by
-// otelgrpc while traces are exported, by callMetrics otherwise), redisotel's
+// otelgrpc while traces are exported, by callMetrics' interceptors
+// otherwise), redisotel's
 // connection-pool series, the Go runtime and process collectors, and lockd's
 // own lockd_* series (see [LockMetrics] and [TokenMetrics]).
 //
@@ -91,7 +92,8 @@ type Telemetry struct {
 	tp         trace.TracerProvider
 	sdkTP      *sdktrace.TracerProvider // nil when traces are not exported
 	propagator propagation.TextMapPropagator
-	grpcStats  stats.Handler
+	grpcStats  stats.Handler // otelgrpc's, while traces are exported
+	calls      *callMetrics  // otherwise
 
 	locks     *LockMetrics
 	tokens    *TokenMetrics
@@ -192,7 +194,7 @@ func Setup(ctx context.Context, opts Options) (*Telemetry, error) {
 	if t.sdkTP == nil && useLeanCallMetrics() {
 		// No span is ever recorded: the same metric for less (see
 		// callMetrics).
-		if t.grpcStats, err = newCallMetrics(t.mp, notTraffic); err != nil {
+		if t.calls, err = newCallMetrics(t.mp, notTraffic); err != nil {
 			_ = t.Shutdown(ctx)
 			return nil, fmt.Errorf("telemetry: instruments: %w", err)
 		}
@@ -362,6 +364,9 @@ func (t *Telemetry) MetricsHandler() http.Handler { return t.handler }
 // otelgrpc's stats handler with this Telemetry's providers and propagator.
 // Health checks and reflection are left out of both spans and metrics.
 func (t *Telemetry) GRPCServerOptions() []grpc.ServerOption {
+	if t.calls != nil {
+		return t.calls.serverOptions()
+	}
 	return []grpc.ServerOption{grpc.StatsHandler(t.grpcStats)}
 }
 
