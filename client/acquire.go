@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"math"
 	"time"
 
 	"google.golang.org/grpc/codes"
@@ -15,7 +16,8 @@ import (
 
 var (
 	// ErrNotAcquired is matched (errors.Is) by the error of an Acquire that
-	// did not get the lock in time; see NotAcquiredError.
+	// did not get the lock in time, or of an AcquirePermit that got no
+	// permit; see NotAcquiredError.
 	ErrNotAcquired = errors.New("client: lock not acquired")
 	// ErrLost is matched by the error of a lease that was lost: its stream
 	// ended with NOT_FOUND, or no renewal was confirmed before it would run
@@ -25,8 +27,8 @@ var (
 	ErrReleased = errors.New("client: lease already released")
 )
 
-// NotAcquiredError tells that the lock was held by others until the wait
-// ended.
+// NotAcquiredError tells that the lock (or every permit of a semaphore)
+// was held by others until the wait ended.
 type NotAcquiredError struct {
 	// Key is the lock's name.
 	Key string
@@ -49,12 +51,17 @@ const (
 	Write Mode = iota
 	// Read is a shared hold: any number of readers, or one writer.
 	Read
+	// Permit is one of a semaphore's permits (see AcquirePermit).
+	Permit
 )
 
-// String returns "write" or "read".
+// String returns "write", "read" or "permit".
 func (m Mode) String() string {
-	if m == Read {
+	switch m {
+	case Read:
 		return "read"
+	case Permit:
+		return "permit"
 	}
 	return "write"
 }
@@ -67,6 +74,7 @@ type lockOptions struct {
 	wait  time.Duration // < 0: until the context ends
 	owner string
 	mode  Mode
+	limit uint32 // a semaphore's permits when mode is Permit
 }
 
 // WithTTL sets the lease's span; lockd renews it about every ttl/3 while
@@ -99,6 +107,33 @@ func (c *Client) Acquire(ctx context.Context, key string, opts ...LockOption) (*
 	for _, opt := range opts {
 		opt(&o)
 	}
+	if o.mode == Permit {
+		return nil, errors.New("client: Acquire takes locks; take permits with AcquirePermit")
+	}
+	return c.acquire(ctx, key, o)
+}
+
+// AcquirePermit takes one of the limit permits of the semaphore key and
+// returns it as a lease that keeps itself alive until Release, like a
+// lock's: with its own fencing token, and its Lost channel. At most limit
+// permits of key are held at once, by all holders together, who must all
+// give the same limit (else FAILED_PRECONDITION). It waits for a permit
+// until ctx ends, or for WithWait's bound; none free by then gives an error
+// matching ErrNotAcquired. The permit of a holder that dies comes back when
+// its lease runs out. WithMode does not apply.
+func (c *Client) AcquirePermit(ctx context.Context, key string, limit int, opts ...LockOption) (*Lease, error) {
+	if limit < 1 || limit > math.MaxUint32 {
+		return nil, fmt.Errorf("client: a semaphore's limit must lie in [1, %d], not %d", uint32(math.MaxUint32), limit)
+	}
+	o := lockOptions{wait: -1}
+	for _, opt := range opts {
+		opt(&o)
+	}
+	o.mode, o.limit = Permit, uint32(limit)
+	return c.acquire(ctx, key, o)
+}
+
+func (c *Client) acquire(ctx context.Context, key string, o lockOptions) (*Lease, error) {
 	owner, madeUp := o.owner, o.owner == ""
 	var until time.Time // zero: until ctx ends
 	if o.wait >= 0 {
@@ -159,7 +194,7 @@ func (c *Client) grant(ctx context.Context, key, owner string, o lockOptions, wa
 		left := max(0, time.Until(waitEnd))
 		actx, cancel := context.WithTimeout(ctx, left+c.opts.callTimeout)
 		defer cancel()
-		res, err := c.call(actx, c.locks[r], key, owner, o, left, reqID)
+		res, err := c.call(actx, r, key, owner, o, left, reqID)
 		if err != nil {
 			maybeGranted = maybeGranted || mayHaveActed(err)
 			return err
@@ -185,13 +220,18 @@ func mayHaveActed(err error) bool {
 	return true
 }
 
-// call sends one Acquire or RLock.
-func (c *Client) call(ctx context.Context, lc lockdv1.LockServiceClient, key, owner string, o lockOptions, wait time.Duration, reqID string) (*lockdv1.AcquireResponse, error) {
+// call sends one Acquire, RLock or SemaphoreService.Acquire to replica r.
+func (c *Client) call(ctx context.Context, r int, key, owner string, o lockOptions, wait time.Duration, reqID string) (*lockdv1.AcquireResponse, error) {
 	var ttl *durationpb.Duration
 	if o.ttl > 0 {
 		ttl = durationpb.New(o.ttl)
 	}
-	if o.mode == Read {
+	lc := c.locks[r]
+	switch o.mode {
+	case Permit:
+		res, err := c.sems[r].Acquire(ctx, &lockdv1.SemaphoreServiceAcquireRequest{Key: key, Limit: o.limit, Owner: owner, Ttl: ttl, WaitTimeout: durationpb.New(wait), RequestId: reqID})
+		return &lockdv1.AcquireResponse{Acquired: res.GetAcquired(), Lease: res.GetLease(), RetryAfter: res.GetRetryAfter()}, err
+	case Read:
 		res, err := lc.RLock(ctx, &lockdv1.RLockRequest{Key: key, Owner: owner, Ttl: ttl, WaitTimeout: durationpb.New(wait), RequestId: reqID})
 		return &lockdv1.AcquireResponse{Acquired: res.GetAcquired(), Lease: res.GetLease(), RetryAfter: res.GetRetryAfter()}, err
 	}
@@ -210,7 +250,7 @@ func (c *Client) goUndo(key, owner string, o lockOptions, reqID string) {
 		var res *lockdv1.AcquireResponse
 		err := c.retry(ctx, true, func(ctx context.Context, r int) error {
 			var err error
-			res, err = c.call(ctx, c.locks[r], key, owner, o, 0, reqID)
+			res, err = c.call(ctx, r, key, owner, o, 0, reqID)
 			return err
 		})
 		if err == nil && res.GetAcquired() {

@@ -43,6 +43,8 @@ type Client struct {
 	conns  []*grpc.ClientConn
 	locks  []lockdv1.LockServiceClient
 	tokens []lockdv1.TokenServiceClient
+	elects []lockdv1.ElectionServiceClient
+	sems   []lockdv1.SemaphoreServiceClient
 	cur    atomic.Uint32 // the replica calls go to first
 	closed atomic.Bool
 	opts   options
@@ -136,6 +138,8 @@ func New(addrs []string, opts ...Option) (*Client, error) {
 		c.conns = append(c.conns, conn)
 		c.locks = append(c.locks, lockdv1.NewLockServiceClient(conn))
 		c.tokens = append(c.tokens, lockdv1.NewTokenServiceClient(conn))
+		c.elects = append(c.elects, lockdv1.NewElectionServiceClient(conn))
+		c.sems = append(c.sems, lockdv1.NewSemaphoreServiceClient(conn))
 	}
 	host, _ := os.Hostname()
 	c.owners = fmt.Sprintf("%s:%d:", host, os.Getpid())

@@ -19,8 +19,9 @@ import (
 	"github.com/lockd/lockd/internal/service"
 )
 
-// replica is one lockd LockService on a loopback port, with its own
-// connection to the Redis the other replicas of a test share.
+// replica is one lockd (its lock, election and semaphore services) on a
+// loopback port, with its own connection to the Redis the other replicas of
+// a test share.
 type replica struct {
 	addr  string
 	rdb   *redis.Client
@@ -40,6 +41,8 @@ func startReplica(t *testing.T, srv *redistest.Server, opts ...grpc.ServerOption
 	gs := grpc.NewServer(append([]grpc.ServerOption{grpc.ForceServerCodecV2(service.Codec()),
 		grpc.UnaryInterceptor(service.UnaryInterceptor), grpc.StreamInterceptor(service.StreamInterceptor)}, opts...)...)
 	lockdv1.RegisterLockServiceServer(gs, locks)
+	lockdv1.RegisterElectionServiceServer(gs, service.NewElectionServer(locks))
+	lockdv1.RegisterSemaphoreServiceServer(gs, service.NewSemaphoreServer(locks))
 	go func() { _ = gs.Serve(lis) }()
 	t.Cleanup(func() {
 		gs.Stop()
@@ -76,12 +79,18 @@ func newClient(t *testing.T, addrs []string, opts ...client.Option) *client.Clie
 // raw returns a plain LockService stub for r.
 func raw(t *testing.T, r *replica) lockdv1.LockServiceClient {
 	t.Helper()
+	return lockdv1.NewLockServiceClient(rawConn(t, r))
+}
+
+// rawConn returns a plain connection to r, closed at cleanup.
+func rawConn(t *testing.T, r *replica) *grpc.ClientConn {
+	t.Helper()
 	conn, err := grpc.NewClient(r.addr, grpc.WithTransportCredentials(insecure.NewCredentials()))
 	if err != nil {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { _ = conn.Close() })
-	return lockdv1.NewLockServiceClient(conn)
+	return conn
 }
 
 func timeout(t *testing.T, d time.Duration) context.Context {

@@ -34,7 +34,7 @@ func (l *Lease) ID() string { return l.k.id }
 // Owner returns who holds the lease.
 func (l *Lease) Owner() string { return l.owner }
 
-// Mode returns Read or Write.
+// Mode returns Read, Write or Permit.
 func (l *Lease) Mode() Mode { return l.mode }
 
 // FencingToken returns the lease's fencing token: greater than every token
@@ -134,8 +134,11 @@ type keeper struct {
 func (c *Client) keep(ctx context.Context, g granted, madeUp bool) (*Lease, error) {
 	k := c.keeperOf(g, madeUp)
 	l := &Lease{k: k, owner: g.lease.GetOwner(), mode: Write, token: g.lease.GetFencingToken()}
-	if g.lease.GetMode() == lockdv1.LockMode_LOCK_MODE_READ {
+	switch g.lease.GetMode() {
+	case lockdv1.LockMode_LOCK_MODE_READ:
 		l.mode = Read
+	case lockdv1.LockMode_LOCK_MODE_PERMIT:
+		l.mode = Permit
 	}
 	if !k.isLoose() {
 		return l, nil

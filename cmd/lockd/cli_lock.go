@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"io"
 	"io/fs"
+	"math"
 	"os"
 	"os/exec"
 	"os/signal"
@@ -32,7 +33,7 @@ const (
 	exitSignal      = 128 // + the signal's number, as shells report a signal
 )
 
-const lockUsage = "usage: lockd lock [flags] KEY -- CMD [ARGS...]"
+const lockUsage = "usage: lockd lock [flags] [-n N] KEY -- CMD [ARGS...]"
 
 // acquireMargin is how long beyond --wait lockd lock keeps trying replicas
 // that do not answer before it gives up.
@@ -44,6 +45,7 @@ type lockFlags struct {
 	ttl       time.Duration
 	wait      time.Duration
 	read      bool
+	permits   int // > 0: a permit of the semaphore KEY of this limit
 	owner     string
 	killAfter time.Duration
 	key       string
@@ -57,6 +59,7 @@ func parseLockFlags(args []string, stderr io.Writer) (*lockFlags, error) {
 	fs.DurationVar(&f.ttl, "ttl", 0, "lease ttl, renewed about every ttl/3 while CMD runs; 0 = lockd's default (30s)")
 	fs.DurationVar(&f.wait, "wait", 30*time.Second, "how long to wait for the lock; 0 tries once")
 	fs.BoolVar(&f.read, "read", false, "take a shared (read) lock instead of an exclusive one")
+	fs.IntVar(&f.permits, "n", 0, "take one of N permits of the semaphore KEY instead of the lock (at most N holders at once)")
 	fs.StringVar(&f.owner, "owner", "", "owner name; the same owner re-enters its lease (default: unique to this run)")
 	fs.DurationVar(&f.killAfter, "kill-after", 10*time.Second, "after the lease is lost and CMD got SIGTERM, SIGKILL it this much later")
 	if err := fs.Parse(args); err != nil {
@@ -68,6 +71,10 @@ func parseLockFlags(args []string, stderr io.Writer) (*lockFlags, error) {
 		return nil, errors.New(lockUsage)
 	case f.wait < 0 || f.ttl < 0 || f.killAfter < 0:
 		return nil, errors.New("--wait, --ttl and --kill-after must not be negative")
+	case f.permits < 0 || f.permits > math.MaxUint32:
+		return nil, fmt.Errorf("-n must lie in [1, %d]", uint32(math.MaxUint32))
+	case f.permits > 0 && f.read:
+		return nil, errors.New("-n and --read do not go together: a permit is neither read nor write")
 	}
 	f.key, f.argv = rest[0], rest[2:]
 	return f, nil
@@ -126,7 +133,15 @@ func (f *lockFlags) acquire(c *client.Client, sigs <-chan os.Signal, stderr io.W
 	}
 	got := make(chan result, 1)
 	go func() {
-		l, err := c.Acquire(ctx, f.key, opts...)
+		var (
+			l   *client.Lease
+			err error
+		)
+		if f.permits > 0 {
+			l, err = c.AcquirePermit(ctx, f.key, f.permits, opts...)
+		} else {
+			l, err = c.Acquire(ctx, f.key, opts...)
+		}
 		got <- result{l, err}
 	}()
 	var res result
@@ -142,11 +157,15 @@ func (f *lockFlags) acquire(c *client.Client, sigs <-chan os.Signal, stderr io.W
 	}
 	var busy *client.NotAcquiredError
 	switch {
+	case errors.As(res.err, &busy) && f.permits > 0:
+		fmt.Fprintf(stderr, "lockd lock: all %d permits of %q are held (the first for another %v); none acquired within %v\n",
+			f.permits, f.key, busy.RetryAfter.Round(time.Millisecond), f.wait)
+		return nil, exitNotAcquired
 	case errors.As(res.err, &busy):
 		fmt.Fprintf(stderr, "lockd lock: %q is held by another owner (for another %v); not acquired within %v\n",
 			f.key, busy.RetryAfter.Round(time.Millisecond), f.wait)
 		return nil, exitNotAcquired
-	case status.Code(res.err) == codes.InvalidArgument:
+	case status.Code(res.err) == codes.InvalidArgument, status.Code(res.err) == codes.FailedPrecondition && f.permits > 0:
 		fmt.Fprintln(stderr, "lockd lock:", status.Convert(res.err).Message())
 		return nil, exitUsage
 	case res.err != nil:

@@ -20,11 +20,15 @@ func TestParseLockFlags(t *testing.T) {
 	if f.key != "jobs/x" || strings.Join(f.argv, " ") != "backup --full" || f.wait != 0 || f.ttl != time.Minute || !f.read || f.owner != "cron" {
 		t.Fatalf("parsed %+v", f)
 	}
+	n, err := parseLockFlags([]string{"-n", "5", "upstream/wechat", "--", "curl", "x"}, io.Discard)
+	if err != nil || n.permits != 5 || n.key != "upstream/wechat" {
+		t.Fatalf("-n 5: %+v, %v", n, err)
+	}
 	d, err := parseLockFlags([]string{"k", "--", "true"}, io.Discard)
 	if err != nil {
 		t.Fatal(err)
 	}
-	if d.wait != 30*time.Second || d.killAfter != 10*time.Second || d.client.addr != "127.0.0.1:50051" || d.ttl != 0 {
+	if d.permits != 0 || d.wait != 30*time.Second || d.killAfter != 10*time.Second || d.client.addr != "127.0.0.1:50051" || d.ttl != 0 {
 		t.Fatalf("defaults %+v", d)
 	}
 	for _, tc := range []struct {
@@ -37,6 +41,8 @@ func TestParseLockFlags(t *testing.T) {
 		{"no command", []string{"k", "--"}, "usage"},
 		{"a negative wait", []string{"--wait=-1s", "k", "--", "true"}, "negative"},
 		{"an unknown flag", []string{"--nope", "k", "--", "true"}, "nope"},
+		{"a negative number of permits", []string{"-n", "-1", "k", "--", "true"}, "-n"},
+		{"permits read", []string{"-n", "2", "--read", "k", "--", "true"}, "--read"},
 	} {
 		if _, err := parseLockFlags(tc.args, io.Discard); err == nil || !strings.Contains(err.Error(), tc.want) {
 			t.Errorf("%s: %v, want an error naming %q", tc.name, err, tc.want)

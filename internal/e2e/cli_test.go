@@ -43,7 +43,9 @@ func startCLI(t *testing.T, dir string, env []string, args ...string) *cliRun {
 		close(r.done)
 	}()
 	t.Cleanup(func() {
-		if r.cmd.ProcessState == nil {
+		select {
+		case <-r.done:
+		default:
 			_ = r.cmd.Process.Kill()
 			<-r.done
 		}

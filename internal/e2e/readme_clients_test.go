@@ -77,8 +77,22 @@ func TestReadmeHold(t *testing.T) {
 // written (but for the address).
 func TestReadmeGoClient(t *testing.T) {
 	t.Parallel()
+	runReadmeGo(t, "go-client-example", "step 2 of orders/42, fencing token ")
+}
+
+// TestReadmeGoElection compiles and runs the README's Go program with an
+// election and a semaphore as written (but for the address).
+func TestReadmeGoElection(t *testing.T) {
+	t.Parallel()
+	runReadmeGo(t, "go-election-example", "leading scheduler, term ", "calling upstream with permit ")
+}
+
+// runReadmeGo runs the README's Go program block against a lockd of its own
+// and checks that its output has each of want.
+func runReadmeGo(t *testing.T, block string, want ...string) {
+	t.Helper()
 	p := startLockd(t, nil)
-	src := strings.ReplaceAll(readmeBlock(t, "go-client-example", "go"), "127.0.0.1:50051", p.addr)
+	src := strings.ReplaceAll(readmeBlock(t, block, "go"), "127.0.0.1:50051", p.addr)
 	// Inside the module (testdata is left out of ./...), so it builds
 	// against this checkout of the client.
 	if err := os.MkdirAll("testdata", 0o755); err != nil {
@@ -97,10 +111,12 @@ func TestReadmeGoClient(t *testing.T) {
 	}
 	out, err := exec.Command("go", "run", "./"+dir).CombinedOutput()
 	if err != nil {
-		t.Fatalf("the README's Go program: %v\n%s", err, out)
+		t.Fatalf("the README's Go program %s: %v\n%s", block, err, out)
 	}
-	if !strings.Contains(string(out), "step 2 of orders/42, fencing token ") {
-		t.Fatalf("the README's Go program printed:\n%s", out)
+	for _, w := range want {
+		if !strings.Contains(string(out), w) {
+			t.Fatalf("the README's Go program %s printed:\n%s", block, out)
+		}
 	}
 }
 
@@ -132,7 +148,7 @@ func TestReadmeLockCommand(t *testing.T) {
 		t.Fatalf("README lockd lock examples failed: %v\n%s", err, out)
 	}
 	text := string(out)
-	for _, want := range []string{"nightly job holds jobs/nightly with fencing token ", "second copy exited 75", "nightly job done"} {
+	for _, want := range []string{"nightly job holds jobs/nightly with fencing token ", "second copy exited 75", "nightly job done", "export runs with permit "} {
 		if !strings.Contains(text, want) {
 			t.Errorf("output lacks %q:\n%s", want, text)
 		}

@@ -27,8 +27,8 @@ class Lease extends EventEmitter {
     this.leaseId = granted.leaseId;
     /** Who holds the lease (as asked for, or made up by lockd). */
     this.owner = granted.owner;
-    /** 'read' or 'write'. */
-    this.mode = granted.mode === 'LOCK_MODE_READ' ? 'read' : 'write';
+    /** 'read', 'write', or 'permit' (one of a semaphore's permits). */
+    this.mode = { LOCK_MODE_READ: 'read', LOCK_MODE_PERMIT: 'permit' }[granted.mode] ?? 'write';
     /** The fencing token (a BigInt): greater than every token issued before for this key. */
     this.fencingToken = BigInt(granted.fencingToken);
     /** When the lease was granted, by Redis's clock. */

@@ -7,7 +7,7 @@ const path = require('node:path');
 const grpc = require('@grpc/grpc-js');
 const protoLoader = require('@grpc/proto-loader');
 
-const FILES = ['lockd/v1/lock.proto', 'lockd/v1/token.proto'];
+const FILES = ['lockd/v1/lock.proto', 'lockd/v1/token.proto', 'lockd/v1/election.proto', 'lockd/v1/semaphore.proto'];
 const OWN = path.join(__dirname, '..', 'proto');
 const REPO = path.join(__dirname, '..', '..', '..', 'proto');
 
@@ -20,7 +20,7 @@ function protoDir() {
 
 let loaded;
 
-/** load returns the lockd.v1 package: LockService and TokenService client constructors. */
+/** load returns the lockd.v1 package: the client constructors of its services. */
 function load() {
   if (!loaded) {
     const def = protoLoader.loadSync(FILES, {

@@ -167,4 +167,9 @@ async function startWeChatFake(appAndSecret) {
   return w;
 }
 
-module.exports = { startRedis, startLockd, startWeChatFake, freePort, sleep, repoRoot };
+/** startCommand runs the lockd binary with args (a client command such as lockd lock). */
+function startCommand(args) {
+  return new Server(binary('LOCKD_BIN', 'lockd', './cmd/lockd'), args, {});
+}
+
+module.exports = { startRedis, startLockd, startWeChatFake, startCommand, freePort, sleep, repoRoot };

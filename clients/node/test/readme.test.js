@@ -9,10 +9,11 @@ const os = require('node:os');
 const path = require('node:path');
 const { startRedis, startLockd, repoRoot } = require('./harness');
 
-it('runs the README example', async () => {
+/** runBlock runs the README's js block named name against a lockd of its own; returns its output. */
+async function runBlock(name) {
   const readme = fs.readFileSync(path.join(repoRoot, 'README.md'), 'utf8');
-  const block = readme.match(/<!-- node-example[^>]*-->\s*```js\n([\s\S]*?)```/);
-  assert.ok(block, 'README.md has no node-example block');
+  const block = readme.match(new RegExp(`<!-- ${name}[ :][^>]*-->\\s*\`\`\`js\\n([\\s\\S]*?)\`\`\``));
+  assert.ok(block, `README.md has no ${name} block`);
   const redis = await startRedis();
   const lockd = await startLockd(redis);
   try {
@@ -20,11 +21,22 @@ it('runs the README example', async () => {
     fs.mkdirSync(path.join(dir, 'node_modules', '@lockd'), { recursive: true });
     fs.symlinkSync(path.resolve(__dirname, '..'), path.join(dir, 'node_modules', '@lockd', 'client'));
     fs.writeFileSync(path.join(dir, 'example.mjs'), block[1].replaceAll('127.0.0.1:50051', lockd.addr));
-    const out = execFileSync(process.execPath, ['example.mjs'], { cwd: dir, encoding: 'utf8', timeout: 60_000 });
-    assert.match(out, /charging order 42 with fencing token \d+/);
-    assert.match(out, /writing with fencing token \d+/);
+    return execFileSync(process.execPath, ['example.mjs'], { cwd: dir, encoding: 'utf8', timeout: 60_000 });
   } finally {
     await lockd.stop();
     await redis.stop();
   }
+}
+
+it('runs the README example', async () => {
+  const out = await runBlock('node-example');
+  assert.match(out, /charging order 42 with fencing token \d+/);
+  assert.match(out, /writing with fencing token \d+/);
+});
+
+it('runs the README election example', async () => {
+  const out = await runBlock('node-election-example');
+  assert.match(out, /scheduling with term \d+/);
+  assert.match(out, /no leader/);
+  assert.match(out, /calling the upstream with permit \d+/);
 });

@@ -73,7 +73,9 @@ public final class Lease implements AutoCloseable {
     this.mode =
         granted.getMode() == LockMode.LOCK_MODE_READ
             ? LeaseOptions.Mode.READ
-            : LeaseOptions.Mode.WRITE;
+            : granted.getMode() == LockMode.LOCK_MODE_PERMIT
+                ? LeaseOptions.Mode.PERMIT
+                : LeaseOptions.Mode.WRITE;
     this.fencingToken = granted.getFencingToken();
     long grant = redisNanos(granted) - ttlNanos(granted);
     this.grantTime = Instant.ofEpochSecond(0, grant);
@@ -96,7 +98,7 @@ public final class Lease implements AutoCloseable {
     return owner;
   }
 
-  /** Whether the lease holds its key for reading or writing. */
+  /** Whether the lease holds its key for reading or writing, or is a semaphore's permit. */
   public LeaseOptions.Mode mode() {
     return mode;
   }

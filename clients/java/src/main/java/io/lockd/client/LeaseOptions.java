@@ -14,7 +14,9 @@ public final class LeaseOptions {
     /** READ is a shared hold: readers exclude writers only. */
     READ,
     /** WRITE is an exclusive hold. */
-    WRITE
+    WRITE,
+    /** PERMIT is one of a semaphore's permits (see {@link LockdClient#acquirePermit}). */
+    PERMIT
   }
 
   private static final LeaseOptions WRITE = new LeaseOptions(Mode.WRITE, null, "");

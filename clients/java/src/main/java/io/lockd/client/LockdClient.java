@@ -1,21 +1,24 @@
 package io.lockd.client;
 
 import io.grpc.ManagedChannel;
-import io.grpc.netty.GrpcSslContexts;
 import io.grpc.netty.NettyChannelBuilder;
 import io.lockd.v1.AcquireRequest;
 import io.lockd.v1.AcquireResponse;
+import io.lockd.v1.CampaignRequest;
+import io.lockd.v1.ElectionServiceGrpc;
+import io.lockd.v1.LeaderRequest;
+import io.lockd.v1.LeaderResponse;
 import io.lockd.v1.LockServiceGrpc;
 import io.lockd.v1.RLockRequest;
 import io.lockd.v1.RLockResponse;
 import io.lockd.v1.ReleaseRequest;
+import io.lockd.v1.ResignRequest;
+import io.lockd.v1.SemaphoreServiceAcquireRequest;
+import io.lockd.v1.SemaphoreServiceAcquireResponse;
+import io.lockd.v1.SemaphoreServiceGrpc;
+import io.grpc.Status;
 import io.netty.handler.ssl.SslContext;
-import io.netty.handler.ssl.JdkAlpnRestored;
-import io.netty.handler.ssl.JdkSslContext;
-import io.netty.handler.ssl.SslContextBuilder;
-import io.netty.handler.ssl.SslProvider;
 import java.io.IOException;
-import java.io.UncheckedIOException;
 import java.net.InetAddress;
 import java.nio.file.Path;
 import java.time.Duration;
@@ -34,6 +37,7 @@ import java.util.concurrent.TimeUnit;
 import java.util.concurrent.atomic.AtomicInteger;
 import java.util.concurrent.locks.Lock;
 import java.util.concurrent.locks.ReadWriteLock;
+import java.util.function.Consumer;
 import java.util.function.Supplier;
 
 /**
@@ -59,6 +63,7 @@ public final class LockdClient implements AutoCloseable {
   private final Duration defaultTtl;
   private final String ownerPrefix;
   private final Set<Lease> open = ConcurrentHashMap.newKeySet();
+  private final Set<Leadership> leading = ConcurrentHashMap.newKeySet();
   final ConcurrentHashMap<String, LockdLock.Hold> holds = new ConcurrentHashMap<>();
 
   private LockdClient(Builder b) {
@@ -172,9 +177,137 @@ public final class LockdClient implements AutoCloseable {
     return new TokenClient(transport);
   }
 
-  /** Releases every lease still open and closes the connections. */
+  /**
+   * Takes one of the limit permits of the semaphore key (default ttl, a fresh owner), waiting as
+   * long as it takes. The permit is a lease like a lock's: kept alive until closed, with its own
+   * fencing token and loss signal; at most limit permits of key are held at once, by every holder
+   * together, who must all give the same limit ({@code FAILED_PRECONDITION} otherwise). The permit
+   * of a holder that dies comes back when its lease runs out.
+   */
+  public Lease acquirePermit(String key, int limit) throws InterruptedException {
+    return acquirePermit(key, limit, LeaseOptions.write());
+  }
+
+  /** Takes a permit of the semaphore key with options (ttl, owner; the mode is ignored). */
+  public Lease acquirePermit(String key, int limit, LeaseOptions options)
+      throws InterruptedException {
+    while (true) {
+      Optional<Lease> l = tryPermitNanos(key, limit, MAX_WAIT_CHUNK, options);
+      if (l.isPresent()) {
+        return l.get();
+      }
+    }
+  }
+
+  /** Takes a permit of the semaphore key if one comes free within wait; zero tries once. */
+  public Optional<Lease> tryAcquirePermit(String key, int limit, Duration wait)
+      throws InterruptedException {
+    return tryAcquirePermit(key, limit, wait, LeaseOptions.write());
+  }
+
+  /** Takes a permit of the semaphore key with options if one comes free within wait. */
+  public Optional<Lease> tryAcquirePermit(
+      String key, int limit, Duration wait, LeaseOptions options) throws InterruptedException {
+    long end = System.nanoTime() + wait.toNanos();
+    while (true) {
+      long left = Math.max(0, end - System.nanoTime());
+      Optional<Lease> l = tryPermitNanos(key, limit, Math.min(left, MAX_WAIT_CHUNK), options);
+      if (l.isPresent() || left <= MAX_WAIT_CHUNK) {
+        return l;
+      }
+    }
+  }
+
+  /**
+   * A semaphore of limit permits on key, in the manner of {@link java.util.concurrent.Semaphore}.
+   * See {@link LockdSemaphore}.
+   */
+  public LockdSemaphore asSemaphore(String key, int limit) {
+    return new LockdSemaphore(this, key, checkLimit(limit), LeaseOptions.write());
+  }
+
+  /** A semaphore of limit permits on key whose permits take options (ttl, owner). */
+  public LockdSemaphore asSemaphore(String key, int limit, LeaseOptions options) {
+    return new LockdSemaphore(this, key, checkLimit(limit), options);
+  }
+
+  /**
+   * Enters the election name with value and waits until elected (default ttl, a fresh owner).
+   * While it waits, a replica that goes away is left for the next; once elected, the leadership
+   * lives and dies with its Campaign stream (see {@link Leadership}).
+   *
+   * @throws InterruptedException when interrupted while waiting; nothing is left behind
+   * @throws LockdException when lockd refuses (for example PERMISSION_DENIED) or stays unreachable
+   */
+  public Leadership campaign(String name, String value) throws InterruptedException {
+    return campaign(name, value, LeaseOptions.write());
+  }
+
+  /** Enters the election name with value and options (ttl, owner; the mode is ignored). */
+  public Leadership campaign(String name, String value, LeaseOptions options)
+      throws InterruptedException {
+    Objects.requireNonNull(name, "name");
+    String owner =
+        options.owner().isEmpty() ? ownerPrefix + ":" + UUID.randomUUID() : options.owner();
+    CampaignRequest req =
+        CampaignRequest.newBuilder()
+            .setName(name)
+            .setValue(Objects.requireNonNull(value, "value"))
+            .setOwner(owner)
+            .setTtl(proto(options.ttl() != null ? options.ttl() : defaultTtl))
+            .build();
+    return Leadership.campaign(this, transport, req, leading::add);
+  }
+
+  /** The current leader of the election name; empty when it has none. */
+  public Optional<LeaderInfo> leader(String name) throws InterruptedException {
+    try {
+      LeaderResponse r =
+          transport.call(
+              "Leader " + name,
+              ElectionServiceGrpc.getLeaderMethod(),
+              left -> LeaderRequest.newBuilder().setName(name).build(),
+              0);
+      return Optional.of(new LeaderInfo(r.getLeader()));
+    } catch (LockdException e) {
+      if (e.code() == Status.Code.NOT_FOUND) {
+        return Optional.empty();
+      }
+      throw e;
+    }
+  }
+
+  /**
+   * Follows the election name: listener gets the current state at once (the leader, or empty for
+   * none), then each change (a new leader, a new value, no leader), one at a time on a client
+   * thread, terms never going back. Close the observer to stop.
+   */
+  public ElectionObserver observe(String name, Consumer<Optional<LeaderInfo>> listener) {
+    ElectionObserver o =
+        new ElectionObserver(transport, Objects.requireNonNull(name, "name"), listener);
+    o.open();
+    return o;
+  }
+
+  /**
+   * A {@link LeaderLatch} for the election name with value (default ttl, a fresh owner per term);
+   * call {@link LeaderLatch#start()} to campaign.
+   */
+  public LeaderLatch leaderLatch(String name, String value) {
+    return new LeaderLatch(this, name, value, LeaseOptions.write());
+  }
+
+  /** A {@link LeaderLatch} whose campaigns take options (ttl, owner). */
+  public LeaderLatch leaderLatch(String name, String value, LeaseOptions options) {
+    return new LeaderLatch(this, name, value, options);
+  }
+
+  /** Resigns every leadership, releases every lease still open and closes the connections. */
   @Override
   public void close() {
+    for (Leadership l : List.copyOf(leading)) {
+      l.close();
+    }
     for (Lease l : List.copyOf(open)) {
       l.close();
     }
@@ -184,14 +317,54 @@ public final class LockdClient implements AutoCloseable {
     transport.shutdown();
   }
 
+  private Optional<Lease> tryPermitNanos(String key, int limit, long waitNanos, LeaseOptions o)
+      throws InterruptedException {
+    return tryAcquireNanos(key, waitNanos, o, checkLimit(limit));
+  }
+
+  private static int checkLimit(int limit) {
+    if (limit < 1) {
+      throw new IllegalArgumentException("a semaphore's limit must be at least 1, got " + limit);
+    }
+    return limit;
+  }
+
   private Optional<Lease> tryAcquireNanos(String key, long waitNanos, LeaseOptions o)
+      throws InterruptedException {
+    if (o.mode() == LeaseOptions.Mode.PERMIT) {
+      throw new IllegalArgumentException("take permits with acquirePermit or asSemaphore");
+    }
+    return tryAcquireNanos(key, waitNanos, o, 0);
+  }
+
+  // tryAcquireNanos takes a lock, or a permit of a semaphore of limit when limit > 0.
+  private Optional<Lease> tryAcquireNanos(String key, long waitNanos, LeaseOptions o, int limit)
       throws InterruptedException {
     Objects.requireNonNull(key, "key");
     String requestId = UUID.randomUUID().toString();
     com.google.protobuf.Duration ttl = proto(o.ttl() != null ? o.ttl() : defaultTtl);
     long sent = System.nanoTime();
     io.lockd.v1.Lease granted;
-    if (o.mode() == LeaseOptions.Mode.READ) {
+    if (limit > 0) {
+      SemaphoreServiceAcquireResponse r =
+          transport.call(
+              "SemaphoreService.Acquire " + key,
+              SemaphoreServiceGrpc.getAcquireMethod(),
+              left ->
+                  SemaphoreServiceAcquireRequest.newBuilder()
+                      .setKey(key)
+                      .setLimit(limit)
+                      .setOwner(o.owner())
+                      .setTtl(ttl)
+                      .setWaitTimeout(proto(left))
+                      .setRequestId(requestId)
+                      .build(),
+              waitNanos);
+      if (!r.getAcquired()) {
+        return Optional.empty();
+      }
+      granted = r.getLease();
+    } else if (o.mode() == LeaseOptions.Mode.READ) {
       RLockResponse r =
           transport.call(
               "RLock " + key,
@@ -251,6 +424,19 @@ public final class LockdClient implements AutoCloseable {
 
   void forget(Lease l) {
     open.remove(l);
+  }
+
+  void forget(Leadership l) {
+    leading.remove(l);
+  }
+
+  /** Ends the leadership leaseId of name. */
+  void resign(String name, String leaseId) throws InterruptedException {
+    transport.call(
+        "Resign " + name,
+        ElectionServiceGrpc.getResignMethod(),
+        left -> ResignRequest.newBuilder().setName(name).setLeaseId(leaseId).build(),
+        0);
   }
 
   /** The owner the current thread's locks are held as. */
@@ -401,33 +587,7 @@ public final class LockdClient implements AutoCloseable {
     }
 
     private SslContext sslContext() {
-      if (!tls) {
-        return null;
-      }
-      try {
-        return material(GrpcSslContexts.forClient()).build();
-      } catch (UnsupportedOperationException noAlpn) {
-        // Debian's netty lacks the JDK ALPN negotiator: use the JDK engine with ALPN directly.
-        try {
-          SslContext base =
-              material(SslContextBuilder.forClient().sslProvider(SslProvider.JDK)).build();
-          return JdkAlpnRestored.client((JdkSslContext) base, List.of("h2"));
-        } catch (IOException e) {
-          throw new UncheckedIOException("TLS setup: " + e.getMessage(), e);
-        }
-      } catch (IOException e) {
-        throw new UncheckedIOException("TLS setup: " + e.getMessage(), e);
-      }
-    }
-
-    private SslContextBuilder material(SslContextBuilder b) {
-      if (trust != null) {
-        b.trustManager(trust.toFile());
-      }
-      if (clientCert != null) {
-        b.keyManager(clientCert.toFile(), clientKey.toFile());
-      }
-      return b;
+      return tls ? ClientTls.context(trust, clientCert, clientKey) : null;
     }
 
     private static Duration positive(Duration d, String what) {

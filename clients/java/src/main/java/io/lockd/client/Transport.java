@@ -124,6 +124,10 @@ final class Transport {
     }
   }
 
+  boolean isShutdown() {
+    return shutdown;
+  }
+
   void shutdown() {
     shutdown = true;
     for (ManagedChannel c : channels) {

@@ -25,10 +25,24 @@ import org.junit.jupiter.api.Test;
 class ReadmeTest {
   @Test
   void theReadmeExampleRuns() throws Exception {
+    String text = run("java-example");
+    assertTrue(text.contains("charging order 42"), text);
+    assertTrue(text.matches("(?s).*writing with fencing token \\d+.*"), text);
+  }
+
+  @Test
+  void theReadmeElectionExampleRuns() throws Exception {
+    String text = run("java-election-example");
+    assertTrue(text.matches("(?s).*scheduling, term \\d+\nnot scheduling\n.*"), text);
+    assertTrue(text.contains("calling the upstream"), text);
+  }
+
+  /** Compiles and runs the README's Java block named block; returns what it printed. */
+  private String run(String block) throws Exception {
     String readme = Files.readString(Processes.repoRoot().resolve("README.md"));
     Matcher m =
-        Pattern.compile("(?s)<!-- java-example[^>]*-->\\s*```java\\n(.*?)```").matcher(readme);
-    assertTrue(m.find(), "README.md has no java-example block");
+        Pattern.compile("(?s)<!-- " + block + "[ :][^>]*-->\\s*```java\\n(.*?)```").matcher(readme);
+    assertTrue(m.find(), "README.md has no " + block + " block");
     StringBuilder imports = new StringBuilder();
     StringBuilder body = new StringBuilder();
     for (String line : m.group(1).split("\n", -1)) {
@@ -64,9 +78,7 @@ class ReadmeTest {
       } finally {
         System.setOut(stdout);
       }
-      String text = out.toString(StandardCharsets.UTF_8);
-      assertTrue(text.contains("charging order 42"), text);
-      assertTrue(text.matches("(?s).*writing with fencing token \\d+.*"), text);
+      return out.toString(StandardCharsets.UTF_8);
     }
   }
 }
