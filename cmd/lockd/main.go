@@ -81,6 +81,7 @@ func parseFlags(args []string, getenv func(string) string, stderr io.Writer) (se
 	fs.BoolVar(&cfg.RedisAllowEviction, "redis-allow-eviction", false, "start even though Redis's maxmemory-policy may evict lock keys (warns)")
 	fs.DurationVar(&cfg.DataLossGrace, "data-loss-grace", time.Minute, "most that new grants pause after Redis lost its data; 0 turns the watch off")
 	fs.IntVar(&cfg.RedisWaitReplicas, "redis-wait-replicas", 0, "confirm every grant and renewal on this many replicas (Redis WAIT); 0 = off")
+	fs.BoolVar(&cfg.RedisAutoPipeline, "redis-autopipeline", false, "share Redis round trips among concurrent lock calls (go-redis automatic pipelining); a call then waits out Redis's read timeout rather than its own deadline")
 	fs.StringVar(&cfg.RedisPasswordFile, "redis-password-file", "", "file holding the Redis password (or set LOCKD_REDIS_PASSWORD), so that it need not be in --redis")
 	fs.StringVar(&cfg.Namespace, "namespace", "lockd", "prefix of every Redis key and channel, so that deployments can share one Redis")
 	fs.BoolVar(&cfg.Reflection, "reflection", true, "serve gRPC server reflection")

@@ -51,7 +51,13 @@ type lockTarget struct {
 // Cluster client, and returns the engine and a client of the service.
 func newBareServer(b *testing.B, rdb redis.UniversalClient) (*redislock.Client, lockTarget) {
 	b.Helper()
-	engine := redislock.New(rdb, redislock.Options{})
+	return newBareServerWith(b, rdb, redislock.Options{})
+}
+
+// newBareServerWith is newBareServer with an engine built with opts.
+func newBareServerWith(b *testing.B, rdb redis.UniversalClient, opts redislock.Options) (*redislock.Client, lockTarget) {
+	b.Helper()
+	engine := redislock.New(rdb, opts)
 	b.Cleanup(func() { _ = engine.Close() })
 	gs := grpc.NewServer(grpc.ForceServerCodecV2(service.Codec()),
 		grpc.UnaryInterceptor(service.UnaryInterceptor), grpc.StreamInterceptor(service.StreamInterceptor))

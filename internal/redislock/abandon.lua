@@ -1,6 +1,7 @@
 -- abandon.lua undoes what one Acquire attempt did when its caller never
 -- heard of it: the hold the attempt added (tagged with its attempt id), and
--- its place in the writers' queue. Running it again does nothing more.
+-- its place in the queue. Running it again does nothing more. Whoever can
+-- be granted once it is undone is woken.
 --
 -- KEYS[1] the lock's record (see common.lua)
 -- ARGV[1] attempt id
@@ -18,11 +19,11 @@ local channel, publish_cmd, request = ARGV[5], ARGV[6], ARGV[7]
 
 local wake = begin() or lost_record
 
-local left = redis.call('HDEL', rec, 'q:' .. attempt)
-if left == 1 then
-  h.nw = h.nw - 1
-  -- Readers held back by this writer may go in.
-  if h.nw == 0 then wake = true end
+local left = 0
+if leave_queue(attempt) then
+  left = 1
+  -- The next in the queue, or the readers held back, may go in.
+  wake = true
 end
 
 local undone = 0
@@ -46,7 +47,7 @@ if undo_hold == '1' then
 end
 
 if wake then
-  publish(channel, publish_cmd)
+  wake_next(channel, publish_cmd)
 end
 tidy()
 return {undone, left}

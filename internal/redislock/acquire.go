@@ -14,7 +14,7 @@ import (
 // When the outcome of a try cannot reach the caller (ctx ends, Redis stalls
 // and the reply is lost), what the try did is undone exactly: the hold it
 // added (a fresh lease, or one more hold of the owner's lease) and its place
-// in the writers' queue, retrying until the undo lands or the hold would
+// in the queue, retrying until the undo lands or the hold would
 // have run out. A call with a RequestID keeps its grant instead, for the
 // caller's retry to claim.
 func (c *Client) Acquire(ctx context.Context, req Request) (Result, error) {
@@ -48,6 +48,18 @@ func (c *Client) Acquire(ctx context.Context, req Request) (Result, error) {
 	if d, ok := ctx.Deadline(); ok && d.Before(deadline) {
 		deadline = d
 	}
+	// Woken when this attempt reaches the head of the queue (or, for a
+	// reader, when readers may go in), and at least every maxRecheck in
+	// case a message was lost. On a channel this process listens to
+	// already, the waiter joins before its first try, which then needs no
+	// re-check.
+	in := interest{id: a.id, reader: req.Mode == Read}
+	wake, done := c.subs.listening(ctx, a.ks.channel, in)
+	defer func() {
+		if done != nil {
+			done()
+		}
+	}()
 	res, err := a.tryInTime(ctx, time.Until(deadline))
 	if err != nil || res.Acquired {
 		return a.finish(ctx, res, err)
@@ -60,15 +72,19 @@ func (c *Client) Acquire(ctx context.Context, req Request) (Result, error) {
 		}
 		defer waited()
 	}
-	wake, done, err := c.subs.subscribe(ctx, a.ks.channel, deadline, c.maxRecheck)
-	if err != nil {
-		a.unwait()
-		if errors.Is(err, context.DeadlineExceeded) && ctx.Err() == nil {
-			err = nil // the wait ended before the subscription was confirmed
+	recheck := wake == nil || a.id != in.id
+	if wake == nil {
+		in.id = a.id
+		var err error
+		wake, done, err = c.subs.subscribe(ctx, a.ks.channel, in, deadline, c.maxRecheck)
+		if err != nil {
+			a.unwait()
+			if errors.Is(err, context.DeadlineExceeded) && ctx.Err() == nil {
+				err = nil // the wait ended before the subscription was confirmed
+			}
+			return a.finish(ctx, res, err)
 		}
-		return a.finish(ctx, res, err)
 	}
-	defer done()
 	timer := time.NewTimer(0)
 	defer timer.Stop()
 	for {
@@ -76,12 +92,30 @@ func (c *Client) Acquire(ctx context.Context, req Request) (Result, error) {
 		if left <= 0 {
 			break
 		}
-		// Re-check after subscribing, and after every wake-up.
-		res, err = a.tryInTime(ctx, left)
-		if err != nil || res.Acquired {
-			return a.finish(ctx, res, err)
+		if a.id != in.id {
+			// A late grant was given back and the attempt goes on under
+			// a fresh id: be woken by that one.
+			in.id = a.id
+			if w, d := c.subs.listening(ctx, a.ks.channel, in); d != nil {
+				done()
+				wake, done = w, d
+			}
 		}
-		timer.Reset(min(res.RetryAfter, time.Until(deadline), c.maxRecheck))
+		// Re-check after subscribing, and after every wake-up.
+		if recheck {
+			res, err = a.tryInTime(ctx, left)
+			if err != nil || res.Acquired {
+				return a.finish(ctx, res, err)
+			}
+		}
+		recheck = true
+		next := min(time.Until(deadline), c.maxRecheck)
+		if !res.behind {
+			// The head of the queue (or a reader) re-checks when the
+			// holders' leases run out; those behind it are woken in turn.
+			next = min(next, res.RetryAfter)
+		}
+		timer.Reset(next)
 		select {
 		case <-wake:
 		case <-timer.C:
@@ -99,8 +133,8 @@ func (c *Client) Acquire(ctx context.Context, req Request) (Result, error) {
 }
 
 // attempt is one Acquire call. Its id tags the hold it may add and its
-// place in the writers' queue; its lease id names the lease if a new one
-// is granted.
+// place in the queue; its lease id names the lease if a new one is
+// granted.
 type attempt struct {
 	c          *Client
 	ks         keySet
@@ -109,7 +143,7 @@ type attempt struct {
 	leaseID    string
 	id         string
 	start      time.Time
-	queued     bool // a try may have queued it as a waiting writer
+	queued     bool // a try may have queued it (a writer or a permit waiter)
 	replayed   bool // the grant is a retried request_id's first result
 }
 
@@ -161,23 +195,23 @@ func (a *attempt) tryInTime(ctx context.Context, wait time.Duration) (Result, er
 func (a *attempt) try(ctx context.Context, wait time.Duration) (Result, error) {
 	waitMs := int64(0)
 	if wait > 0 {
-		// A queued writer holds readers back only a few re-checks ahead;
-		// each re-check extends it. A writer whose process dies stops
-		// blocking readers soon, not when its whole wait would end.
+		// A queued waiter keeps its place only a few re-checks ahead;
+		// each re-check extends it. A waiter whose process dies stops
+		// blocking others soon, not when its whole wait would end.
 		waitMs = max(1, min(wait, 3*a.c.maxRecheck).Milliseconds())
 	}
 	given := "0"
 	if a.ownerGiven {
 		given = "1"
 	}
-	if waitMs > 0 && a.req.Mode == Write {
+	if waitMs > 0 && a.req.Mode != Read {
 		a.queued = true
 	}
 	script, args := acquireScript, []any{a.req.Mode.arg(), a.req.Owner, a.leaseID, a.req.TTL.Milliseconds(), waitMs, a.id, given,
-		a.req.RequestID, a.c.lossGrace.Milliseconds()}
+		a.req.RequestID, a.c.lossGrace.Milliseconds(), a.ks.channel, a.c.publish}
 	if a.req.Mode == Permit {
 		script, args = semaphoreAcquireScript, []any{a.req.Limit, a.req.Owner, a.leaseID, a.req.TTL.Milliseconds(), a.id, given,
-			a.req.RequestID, a.c.lossGrace.Milliseconds()}
+			a.req.RequestID, a.c.lossGrace.Milliseconds(), waitMs, a.ks.channel, a.c.publish}
 	}
 	sent := time.Now()
 	reply, err := a.c.run(ctx, script, a.ks, a.ks.scriptKeys(true), args...)
@@ -205,7 +239,8 @@ func (a *attempt) try(ctx context.Context, wait time.Duration) (Result, error) {
 		l.sent = sent
 		return Result{Acquired: true, Lease: l, Available: int(intAt(reply, 10))}, nil
 	case 0:
-		return Result{RetryAfter: time.Duration(intAt(reply, 3)) * time.Millisecond, Holder: strAt(reply, 4), Available: int(intAt(reply, 5))}, nil
+		return Result{RetryAfter: time.Duration(intAt(reply, 3)) * time.Millisecond, Holder: strAt(reply, 4), Available: int(intAt(reply, 5)),
+			behind: intAt(reply, 6) == 1}, nil
 	case -4:
 		if a.req.Mode == Permit {
 			return Result{}, fmt.Errorf("%w: key %q is held as a lock", ErrKeyInUse, a.req.Key)
@@ -232,6 +267,9 @@ func (a *attempt) finish(ctx context.Context, res Result, err error) (Result, er
 		return Result{}, ctx.Err()
 	}
 	if err != nil {
+		// A refusal after queueing (the key became a semaphore, or took
+		// another limit) must not leave the place to hold others up.
+		a.unwait()
 		return Result{}, err
 	}
 	if res.Acquired {
@@ -244,8 +282,9 @@ func (a *attempt) finish(ctx context.Context, res Result, err error) (Result, er
 	return res, nil
 }
 
-// unwait withdraws a queued writer, so the readers it held back go in now
-// rather than when its wait would have ended. The first try is made at
+// unwait withdraws a queued waiter, so those it held back (the waiters
+// behind it, readers) go in now rather than when its place would have
+// expired. The first try is made at
 // once; should it fail, the clean-up goes on in the background.
 func (a *attempt) unwait() {
 	if !a.queued {
@@ -262,7 +301,7 @@ func (a *attempt) unwait() {
 
 // undo takes back, in the background, what this attempt may have done
 // without its caller hearing of it: its hold (when undoHold) and its place
-// in the writers' queue. It retries until the undo lands, or until the
+// in the queue. It retries until the undo lands, or until the
 // hold would have run out by itself (it was granted for the request's ttl
 // after the attempt started).
 func (a *attempt) undo(undoHold bool) {
@@ -291,7 +330,7 @@ func (a *attempt) abandon(ctx context.Context, undoHold bool) error {
 }
 
 const (
-	// unwaitTry bounds the try to leave the writers' queue that a waiter
+	// unwaitTry bounds the try to leave the queue that a waiter
 	// makes before answering its caller.
 	unwaitTry = 250 * time.Millisecond
 	// undoTry bounds one try of a clean-up.
@@ -326,8 +365,11 @@ func (c *Client) cleanUp(op func(context.Context) error, until time.Time) {
 	}()
 }
 
+// attemptIDLen is the length of an attempt id.
+const attemptIDLen = 11
+
 // newAttemptID returns 64 random bits, URL-safe: enough to keep the
 // attempts of one lease apart, and short, as a lease remembers several.
 func newAttemptID() string {
-	return newID()[:11]
+	return newID()[:attemptIDLen]
 }

@@ -91,7 +91,8 @@ type LockInfo struct {
 	Holders []Holder
 	// Held is how many leases hold the key (it may exceed len(Holders)).
 	Held int
-	// WaitingWriters is how many writers (or election candidates) wait.
+	// WaitingWriters is how many writers (or election candidates) wait;
+	// on a semaphore, how many callers wait for a permit.
 	WaitingWriters int
 	// LastFencingToken is the last fencing token issued for the key; 0
 	// when none is kept.

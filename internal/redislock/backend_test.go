@@ -37,6 +37,8 @@ var contract = []struct {
 	{"RequestIDsStayWithTheirCall", contractRequestIDsStayWithTheirCall},
 	{"NothingLeftBehind", contractNothingLeftBehind},
 	{"HandoffIsWokenByRelease", contractHandoffIsWokenByRelease},
+	{"WritersGoInArrivalOrder", contractWritersGoInArrivalOrder},
+	{"ReadersGoInTogetherAfterAWriter", contractReadersGoInTogetherAfterAWriter},
 	{"WaitEnds", contractWaitEnds},
 	{"MutualExclusionUnderContention", contractMutualExclusionUnderContention},
 	{"RetriesReplayTheirFirstResult", contractRetriesReplayTheirFirstResult},
@@ -50,6 +52,7 @@ var contract = []struct {
 	{"Semaphore", contractSemaphore},
 	{"SemaphoreEdges", contractSemaphoreEdges},
 	{"AtMostLimitPermits", contractAtMostLimitPermits},
+	{"PermitsGoInArrivalOrder", contractPermitsGoInArrivalOrder},
 	{"BusyAnswersNameTheHolder", contractBusyAnswersNameTheHolder},
 	{"Describe", contractDescribe},
 	{"ForceRelease", contractForceRelease},
@@ -62,12 +65,15 @@ type backend struct {
 	name   string
 	rdb    redis.UniversalClient
 	prefix string
+	// autoPipeline runs the engines of the case with Options.AutoPipeline.
+	autoPipeline bool
 }
 
 // newClient returns an engine on the backend, under the case's prefix.
 func (b backend) newClient(t *testing.T, opts redislock.Options) *redislock.Client {
 	t.Helper()
 	opts.Prefix = b.prefix
+	opts.AutoPipeline = opts.AutoPipeline || b.autoPipeline
 	return newClient(t, b.rdb, opts)
 }
 
@@ -102,13 +108,25 @@ func (b backend) countKeys(ctx context.Context) (int64, error) {
 
 func TestContract(t *testing.T) {
 	t.Parallel()
+	runContract(t, false)
+}
+
+// TestContractAutoPipeline runs the contract with the engines' scripts sent
+// through go-redis's automatic pipelining.
+func TestContractAutoPipeline(t *testing.T) {
+	t.Parallel()
+	runContract(t, true)
+}
+
+// runContract runs every case of the contract against every backend.
+func runContract(t *testing.T, autoPipeline bool) {
 	prefix := func(name string) string { return "t-" + strings.ToLower(name) }
 	t.Run("redis", func(t *testing.T) {
 		t.Parallel()
 		for _, tc := range contract {
 			t.Run(tc.name, func(t *testing.T) {
 				t.Parallel()
-				tc.run(t, backend{name: "redis", rdb: redistest.Start(t).Client(t), prefix: prefix(tc.name)})
+				tc.run(t, backend{name: "redis", rdb: redistest.Start(t).Client(t), prefix: prefix(tc.name), autoPipeline: autoPipeline})
 			})
 		}
 	})
@@ -124,7 +142,7 @@ func TestContract(t *testing.T) {
 				t.Cleanup(func() { _ = st.Close() })
 				rdb := redis.NewClient(&redis.Options{Addr: st.Addr()})
 				t.Cleanup(func() { _ = rdb.Close() })
-				tc.run(t, backend{name: "embedded", rdb: rdb, prefix: prefix(tc.name)})
+				tc.run(t, backend{name: "embedded", rdb: rdb, prefix: prefix(tc.name), autoPipeline: autoPipeline})
 			})
 		}
 	})
@@ -134,7 +152,7 @@ func TestContract(t *testing.T) {
 		for _, tc := range contract {
 			t.Run(tc.name, func(t *testing.T) {
 				t.Parallel()
-				tc.run(t, backend{name: "cluster", rdb: rdb, prefix: prefix(tc.name)})
+				tc.run(t, backend{name: "cluster", rdb: rdb, prefix: prefix(tc.name), autoPipeline: autoPipeline})
 			})
 		}
 	})
@@ -144,7 +162,7 @@ func TestContract(t *testing.T) {
 		for _, tc := range contract {
 			t.Run(tc.name, func(t *testing.T) {
 				t.Parallel()
-				tc.run(t, backend{name: "sentinel", rdb: rdb, prefix: prefix(tc.name)})
+				tc.run(t, backend{name: "sentinel", rdb: rdb, prefix: prefix(tc.name), autoPipeline: autoPipeline})
 			})
 		}
 	})

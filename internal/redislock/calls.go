@@ -15,7 +15,7 @@ import (
 // stand: the caller decides what to undo).
 func (c *Client) run(ctx context.Context, script *redis.Script, ks keySet, keys []string, args ...any) ([]any, error) {
 	if c.waitReplicas <= 0 {
-		return script.Run(ctx, c.rdb, keys, args...).Slice()
+		return script.Run(ctx, c.scripts, keys, args...).Slice()
 	}
 	pipe, err := c.nodePipeline(ctx, ks)
 	if err != nil {

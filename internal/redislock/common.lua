@@ -7,10 +7,13 @@
 --   fence            last fencing token issued for the key
 --   w                lease_id of the write holder, if any
 --   nl               number of leases held
---   nw               number of writers waiting
+--   nw               number of waiters queued (q:): writers, and callers
+--                    waiting for a semaphore's permit
 --   nr               number of remembered request results (ra:, rr:)
---   qs               arrival counter of waiting writers
---   due              no lease, waiting writer or remembered result expires
+--   qs               arrival counter of the queue: the seq last given out
+--   qh               the queue's head is the lowest live seq above qh;
+--                    seqs up to qh are done with (granted, left, expired)
+--   due              no lease, queued waiter or remembered result expires
 --                    before this (ms, Redis clock): purge walks the hash only
 --                    once it has passed, so operations stay O(1)
 --   last             nothing expires after this (ms): the hash expires
@@ -36,8 +39,13 @@
 --                    fields keep each value short, and with it the hash in
 --                    Redis's compact encoding.)
 --   o:<mode>:<owner> that owner's lease_id in that mode (reentrancy)
---   q:<waiter_id>    a waiting writer: "<seq>|<deadline_ms>"; seq is its
---                    place in arrival order
+--   q:<attempt>      a queued waiter (the Acquire attempt's id):
+--                    "<seq>|<deadline_ms>"; seq is its place in arrival
+--                    order. The waiter renews deadline at each re-check;
+--                    past it, the entry is dropped, so a waiter that died
+--                    holds nobody up for longer.
+--   s:<seq>          the attempt queued at seq, so the head is found by
+--                    walking up from qh (each seq is passed once)
 --   ra:<request_id>  an Acquire's first result, replayed to its retries:
 --                    "<expire_ms>|<owner_given>|<lease_id>|<mode>|<hold_count>|
 --                    <fencing_token>|<ttl_ms>|<owner>"
@@ -49,11 +57,20 @@
 -- lost: the hash is wiped but for its fencing counter, so its holders get
 -- NOT_FOUND and nobody is ever counted as holding it twice.
 --
+-- Queue: a writer, or a caller waiting for a permit, that is refused while
+-- willing to wait takes a place in the queue; a writer is granted only at
+-- its head (or with the queue empty), a permit likewise, so waiters go in
+-- arrival order. While anyone is queued, new readers stay out (writer
+-- preference); once the queue is empty and no writer holds the key,
+-- readers go in together.
+--
 -- Channels (not keys): <prefix>:{<key>}:released wakes waiters when a
--- hold ends; <prefix>:{<key>}:leader tells an election's observers that
--- its leader or value changed (proclaim and resign publish it;
--- a lease that simply expires publishes nothing: observers re-check at
--- the leader's expiry).
+-- hold ends. Its message names who may now be granted: the attempt id at
+-- the head of the queue, or 'r' for every waiting reader; any other
+-- message ('released') wakes every waiter. <prefix>:{<key>}:leader tells
+-- an election's observers that its leader or value changed (proclaim and
+-- resign publish it; a lease that simply expires publishes nothing:
+-- observers re-check at the leader's expiry).
 --
 -- KEYS[2], where a script takes it, is the data-loss marker of the lock's
 -- hash slot: a string lockd creates at start-up holding "hold until" (ms). A
@@ -82,25 +99,28 @@ end
 local h = {}
 local was = {}
 
-local HEADER = {'fence', 'nl', 'nw', 'nr', 'qs', 'due', 'last', 'lim'}
+local HEADER = {'fence', 'nl', 'nw', 'nr', 'qs', 'qh', 'due', 'last', 'lim'}
 
 -- lost_record reports whether this script found the record inconsistent.
 local lost_record = false
 
 local function load()
-  local v = redis.call('HMGET', rec, 'fence', 'nl', 'nw', 'nr', 'qs', 'due', 'last', 'lim', 'w')
+  local v = redis.call('HMGET', rec, 'w', unpack(HEADER))
   local ok = true
   for i, name in ipairs(HEADER) do
-    if v[i] then
-      h[name] = tonumber(v[i])
+    local x = v[i + 1]
+    if x then
+      h[name] = tonumber(x)
       if not h[name] then ok = false end
-    else
-      h[name] = (name == 'due') and nil or 0
+    elseif name ~= 'due' then
+      -- Absent counters read as zero; an absent due means nothing is due.
+      h[name] = 0
     end
   end
-  h.w = v[9] or nil
+  h.w = v[1] or nil
+  if h.qh and h.qs and h.qh > h.qs then ok = false end
   for i, name in ipairs(HEADER) do
-    if v[i] then was[name] = h[name] end
+    if v[i + 1] then was[name] = h[name] end
   end
   return ok
 end
@@ -139,7 +159,7 @@ local function lose()
   lost_record = true
   local fence = math.max(h.fence or 0, now_us)
   redis.call('DEL', rec)
-  h = {fence = fence, nl = 0, nw = 0, nr = 0, qs = 0, due = nil, last = now_ms, lim = 0}
+  h = {fence = fence, nl = 0, nw = 0, nr = 0, qs = 0, qh = 0, due = nil, last = now_ms, lim = 0}
   was = {}
 end
 
@@ -229,6 +249,7 @@ local function scan()
   local nl, nw, nr, np = 0, 0, 0, 0
   local due, last = nil, now_ms
   local leases, xs, live, owners, gone, expired = {}, {}, {}, {}, {}, {}
+  local queued, places = {}, {} -- live q: entries' seqs by attempt; s: fields
   local dropped = false
   local was = {l = 0, q = 0, ra = 0, rr = 0} -- expired entries of each kind
   local function note(at)
@@ -244,17 +265,31 @@ local function scan()
       xs[string.sub(f, 3)] = v
     elseif kind == 'o' then
       table.insert(owners, {f, v})
+    elseif kind == 's' then
+      table.insert(places, {f, v})
     elseif kind == 'q' or kind == 'ra' or kind == 'rr' then
-      local at = tonumber(string.match(v, kind == 'q' and '^%d+|(%d+)$' or '^(%d+)|'))
+      local seq, at
+      if kind == 'q' then
+        seq, at = string.match(v, '^(%d+)|(%d+)$')
+      else
+        at = string.match(v, '^(%d+)|')
+      end
+      at = tonumber(at)
       if not at then
         lose()
         return true
       end
       if at <= now_ms then
         table.insert(gone, f)
+        if seq then table.insert(gone, 's:' .. seq) end
         was[kind] = was[kind] + 1
       else
-        if kind == 'q' then nw = nw + 1 else nr = nr + 1 end
+        if kind == 'q' then
+          nw = nw + 1
+          queued[string.sub(f, 3)] = seq
+        else
+          nr = nr + 1
+        end
         note(at)
       end
     end
@@ -299,6 +334,12 @@ local function scan()
     if not fits and not expired[o[1]] then
       lose()
       return true
+    end
+  end
+  -- A queue place whose waiter is gone is dropped with it.
+  for _, p in ipairs(places) do
+    if queued[p[2]] ~= string.sub(p[1], 3) then
+      table.insert(gone, p[1])
     end
   end
   if h.w and (not live[h.w] or live[h.w].mode ~= 'w') then
@@ -347,13 +388,109 @@ local function tidy()
   end
   if h.nl == 0 and h.nw == 0 and h.nr == 0 then
     if h.fence == 0 then
-      -- Never granted, nothing to keep: leave no trace.
+      -- Never granted, nothing to keep: leave no trace, not even the
+      -- counters of a queue that came and went.
+      redis.call('DEL', rec)
       return
     end
     h.due, h.last = nil, now_ms
   end
   save()
   redis.call('PEXPIRE', rec, num(math.max(h.last, now_ms) - now_ms + GRACE_MS))
+end
+
+-- join_queue queues attempt until now + wait_ms, keeping its place if it
+-- is queued already.
+local function join_queue(attempt, wait_ms)
+  local f = 'q:' .. attempt
+  local q = redis.call('HGET', rec, f)
+  local seq = q and string.match(q, '^(%d+)|')
+  local deadline = now_ms + wait_ms
+  if seq then
+    redis.call('HSET', rec, f, seq .. '|' .. num(deadline))
+  else
+    h.qs = h.qs + 1
+    h.nw = h.nw + 1
+    seq = num(h.qs)
+    redis.call('HSET', rec, f, seq .. '|' .. num(deadline), 's:' .. seq, attempt)
+  end
+  expires(deadline)
+end
+
+-- leave_queue takes attempt out of the queue and tells whether it was in.
+local function leave_queue(attempt)
+  local f = 'q:' .. attempt
+  local q = redis.call('HGET', rec, f)
+  if not q then
+    return false
+  end
+  local seq = string.match(q, '^(%d+)|')
+  if seq and redis.call('HGET', rec, 's:' .. seq) == attempt then
+    redis.call('HDEL', rec, f, 's:' .. seq)
+  else
+    redis.call('HDEL', rec, f)
+  end
+  if h.nw > 0 then
+    h.nw = h.nw - 1
+  end
+  return true
+end
+
+-- queue_head returns the attempt at the head of the queue and until when
+-- its place is kept, or nil when no place is known. It walks up from qh,
+-- dropping places whose waiter left or whose deadline passed; each seq is
+-- walked past once, so the walk costs O(1) a call over time.
+local function queue_head()
+  if h.nw == 0 then
+    h.qh = h.qs
+    return nil
+  end
+  while h.qh < h.qs do
+    local seq = num(h.qh + 1)
+    local a = redis.call('HGET', rec, 's:' .. seq)
+    if a then
+      local q = redis.call('HGET', rec, 'q:' .. a)
+      local s, deadline = string.match(q or '', '^(%d+)|(%d+)$')
+      if s == seq then
+        if tonumber(deadline) > now_ms then
+          return a, tonumber(deadline)
+        end
+        redis.call('HDEL', rec, 'q:' .. a, 's:' .. seq)
+        h.nw = h.nw - 1
+      else
+        redis.call('HDEL', rec, 's:' .. seq)
+      end
+    end
+    h.qh = h.qh + 1
+  end
+  return nil
+end
+
+-- can_take reports whether the head of the queue could be granted now: the
+-- key is free, or a semaphore has a permit left.
+local function can_take()
+  return h.nl == 0 or (h.lim > 0 and h.nl < h.lim)
+end
+
+-- wake_next tells the waiters who may now be granted: the head of the
+-- queue, if it can take the key; with nobody queued and no writer holding,
+-- every waiting reader. A lost record, or queued waiters of unknown order
+-- (queued by an older lockd), wake everyone.
+local function wake_next(channel, command)
+  if lost_record then
+    redis.call(command, channel, 'released')
+    return
+  end
+  local head = queue_head()
+  if head then
+    if can_take() then
+      redis.call(command, channel, head)
+    end
+  elseif h.nw > 0 then
+    redis.call(command, channel, 'released')
+  elseif not h.w and h.lim == 0 then
+    redis.call(command, channel, 'r')
+  end
 end
 
 -- check_marker reads the data-loss marker (KEYS[2], if given) and returns

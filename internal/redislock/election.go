@@ -370,12 +370,12 @@ func (c *Client) Observe(ctx context.Context, name string, seen func(Observation
 func (c *Client) follow(ctx context.Context, ks keySet, name string, recheck bool, seen func(Observation) error) error {
 	// Subscribe first, so no change after the first read goes unnoticed.
 	forever := time.Now().Add(100 * 365 * 24 * time.Hour)
-	elected, doneElected, err := c.subs.subscribe(ctx, ks.leader, forever, c.maxRecheck)
+	elected, doneElected, err := c.subs.subscribe(ctx, ks.leader, interest{all: true}, forever, c.maxRecheck)
 	if err != nil {
 		return err
 	}
 	defer doneElected()
-	released, doneReleased, err := c.subs.subscribe(ctx, ks.channel, forever, c.maxRecheck)
+	released, doneReleased, err := c.subs.subscribe(ctx, ks.channel, interest{all: true}, forever, c.maxRecheck)
 	if err != nil {
 		return err
 	}

@@ -52,7 +52,7 @@ for _, id in ipairs(ids) do
 end
 
 if #ended > 0 or wake or lost_record then
-  publish(channel, publish_cmd)
+  wake_next(channel, publish_cmd)
 end
 if lead then
   publish(leader_channel, publish_cmd)

@@ -71,15 +71,14 @@ func (k *Keeper) KeepAlive(ctx context.Context, ttl time.Duration, renewed func(
 	for {
 		// Once a renewal has been confirmed, waiting for the next one ends
 		// a little before the lease would run out.
-		rctx, cancel := ctx, context.CancelFunc(func() {})
+		var until time.Time
 		if !k.expiry.IsZero() {
-			rctx, cancel = context.WithDeadline(ctx, k.expiry.Add(-span/6))
+			until = k.expiry.Add(-span / 6)
 		}
-		res := c.renewer.renew(rctx, &renewal{
+		res := c.renewer.renew(ctx, &renewal{
 			key: k.key, id: k.leaseID, ks: ks, ttl: ttl, keeper: k.id, register: !registered,
-			due: due, early: span / 10,
+			due: due, early: span / 10, until: until,
 		})
-		cancel()
 		switch err := res.err; {
 		case ctx.Err() != nil:
 			return ctx.Err()

@@ -2,6 +2,7 @@ package redislock_test
 
 import (
 	"context"
+	"errors"
 	"os"
 	"sync/atomic"
 	"testing"
@@ -14,11 +15,31 @@ import (
 )
 
 // lateReplies holds back the replies of the next n scripts run for owner,
-// by delay each, as a slow network or a long pause of lockd's would.
+// by delay each, as a slow network or a long pause of lockd's would; with
+// early, it holds back the calls instead, as a Redis that is frozen, so
+// the script runs late and its lease still runs when the reply comes.
 type lateReplies struct {
 	owner string
 	delay time.Duration
+	early bool
 	n     atomic.Int32
+	// undoDelay holds back each undo of owner's holds (abandon.lua).
+	undoDelay time.Duration
+}
+
+// isUndo reports whether cmd runs abandon.lua for owner, undoing a hold:
+// its ARGV are attempt, mode, owner, '1', ...
+func (l *lateReplies) isUndo(cmd redis.Cmder) bool {
+	args := cmd.Args()
+	if len(args) < 3 {
+		return false
+	}
+	keys, ok := args[2].(int)
+	if !ok {
+		return false
+	}
+	argv := args[3+keys:]
+	return len(argv) >= 7 && argv[2] == l.owner && argv[3] == "1"
 }
 
 func (*lateReplies) DialHook(next redis.DialHook) redis.DialHook { return next }
@@ -29,8 +50,15 @@ func (*lateReplies) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.Pr
 
 func (l *lateReplies) ProcessHook(next redis.ProcessHook) redis.ProcessHook {
 	return func(ctx context.Context, cmd redis.Cmder) error {
+		if l.undoDelay > 0 && (cmd.Name() == "evalsha" || cmd.Name() == "eval") && l.isUndo(cmd) {
+			time.Sleep(l.undoDelay)
+		}
+		if l.early && (cmd.Name() == "evalsha" || cmd.Name() == "eval") && l.carriesOwner(cmd) && l.n.Add(-1) >= 0 {
+			time.Sleep(l.delay)
+			return next(ctx, cmd)
+		}
 		err := next(ctx, cmd)
-		if err == nil && (cmd.Name() == "evalsha" || cmd.Name() == "eval") && l.carriesOwner(cmd) && l.n.Add(-1) >= 0 {
+		if err == nil && !l.early && (cmd.Name() == "evalsha" || cmd.Name() == "eval") && l.carriesOwner(cmd) && l.n.Add(-1) >= 0 {
 			time.Sleep(l.delay)
 		}
 		return err
@@ -114,8 +142,9 @@ func TestAGrantThatArrivesAfterItsLeaseIsNeverHeld(t *testing.T) {
 // Redis, by delay, as a frozen master that serves it once thawed would:
 // lockd hears of the grant later than the lease may have run out by its own
 // clock, although by Redis's clock the lease has only just begun. It also
-// holds back every undo (abandon.lua) by undoDelay, so that an undo sent in
-// the background reaches Redis after whatever its caller does next.
+// holds back every undo of a hold (abandon.lua) by undoDelay, so that an
+// undo sent in the background reaches Redis after whatever its caller does
+// next.
 type lateSends struct {
 	owner     string
 	delay     time.Duration
@@ -123,6 +152,9 @@ type lateSends struct {
 	undo      string // abandon.lua as lockd sends it, and its SHA-1
 	undoSHA   string
 	n         atomic.Int32
+	// fail makes that many scripts for owner fail unsent, after the n
+	// held back, as a Redis that froze again would.
+	fail atomic.Int32
 }
 
 func newLateSends(t *testing.T, owner string, delay, undoDelay time.Duration) *lateSends {
@@ -139,6 +171,17 @@ func newLateSends(t *testing.T, owner string, delay, undoDelay time.Duration) *l
 	return &lateSends{owner: owner, delay: delay, undoDelay: undoDelay, undo: undo, undoSHA: redis.NewScript(undo).Hash()}
 }
 
+// undoesHold reports whether cmd, an abandon.lua call, undoes a hold: its
+// ARGV are attempt, mode, owner, '1', ...
+func undoesHold(cmd redis.Cmder) bool {
+	args := cmd.Args()
+	keys, ok := args[2].(int)
+	if !ok || len(args) < 3+keys+4 {
+		return false
+	}
+	return args[3+keys+3] == "1"
+}
+
 func (*lateSends) DialHook(next redis.DialHook) redis.DialHook { return next }
 
 func (*lateSends) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.ProcessPipelineHook {
@@ -149,9 +192,17 @@ func (l *lateSends) ProcessHook(next redis.ProcessHook) redis.ProcessHook {
 	return func(ctx context.Context, cmd redis.Cmder) error {
 		if (cmd.Name() == "evalsha" || cmd.Name() == "eval") && len(cmd.Args()) > 1 {
 			if script, _ := cmd.Args()[1].(string); script == l.undoSHA || script == l.undo {
-				time.Sleep(l.undoDelay)
-			} else if (&lateReplies{owner: l.owner}).carriesOwner(cmd) && l.n.Add(-1) >= 0 {
-				time.Sleep(l.delay)
+				if undoesHold(cmd) {
+					time.Sleep(l.undoDelay)
+				}
+			} else if (&lateReplies{owner: l.owner}).carriesOwner(cmd) {
+				if l.n.Add(-1) >= 0 {
+					time.Sleep(l.delay)
+				} else if l.fail.Add(-1) >= 0 {
+					err := errors.New("connection reset by peer")
+					cmd.SetErr(err)
+					return err
+				}
 			}
 		}
 		return next(ctx, cmd)
@@ -214,4 +265,75 @@ func TestALateGrantClaimedByItsRetryStaysHeld(t *testing.T) {
 			}
 		})
 	}
+}
+
+// TestALateGrantIsNotReplayedToItsOwnRetry: a waiting call with a request
+// id whose grant ran late (sent before Redis froze, run after) tries again
+// within its wait while the late grant, still held in Redis, is being
+// undone. The retry must not take the late lease as its own through the
+// request id: the lease it is handed stays held.
+func TestALateGrantIsNotReplayedToItsOwnRetry(t *testing.T) {
+	t.Parallel()
+	rdb := redistest.Start(t).Client(t)
+	late := &lateReplies{owner: "late", delay: 400 * time.Millisecond, early: true, undoDelay: 200 * time.Millisecond}
+	rdb.AddHook(late)
+	c := newClient(t, rdb, redislock.Options{})
+	ctx := ctxT(t, time.Minute)
+	const key = "late/replayed"
+	late.n.Store(1)
+	res, err := c.Acquire(ctx, redislock.Request{Key: key, Mode: redislock.Write, Owner: "late", TTL: 300 * time.Millisecond,
+		Wait: 20 * time.Second, RequestID: "once"})
+	if err != nil || !res.Acquired {
+		t.Fatalf("waiting call = %+v, %v", res, err)
+	}
+	if late.n.Load() > 0 {
+		t.Fatal("the grant was not held back")
+	}
+	// The late grant's undo runs at once in the background; the lease
+	// handed out must outlive it.
+	deadline := time.Now().Add(time.Second)
+	for time.Now().Before(deadline) {
+		if _, err := c.Renew(ctx, key, res.Lease.ID, 300*time.Millisecond); err != nil {
+			t.Fatalf("the lease handed out after a late grant: %v", err)
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+}
+
+// TestALateGrantIsNotEndedUnderTheCallersRetry: a waiting call's grant
+// comes late, and its next try fails (Redis froze again), so the caller
+// hears UNAVAILABLE and retries with the same request id, as lockd's
+// clients do. The lease that retry is handed stays held: the late grant is
+// not being undone behind it.
+func TestALateGrantIsNotEndedUnderTheCallersRetry(t *testing.T) {
+	t.Parallel()
+	srv := redistest.Start(t)
+	rdb := srv.Client(t)
+	const ttl = 3 * time.Second
+	late := newLateSends(t, "late", ttl+200*time.Millisecond, 300*time.Millisecond)
+	rdb.AddHook(late)
+	c := redislock.New(rdb, redislock.Options{})
+	defer c.Close()
+	ctx := ctxT(t, time.Minute)
+	const key = "late/caller retries"
+	req := redislock.Request{Key: key, Mode: redislock.Write, Owner: "late", TTL: ttl, Wait: 20 * time.Second, RequestID: "retried"}
+	// Redis knows the script already: the first try sent is the one run.
+	mustAcquire(t, c, redislock.Request{Key: key + " before", Mode: redislock.Write, Owner: "before", TTL: time.Minute})
+
+	late.n.Store(1)
+	late.fail.Store(1)
+	if res, err := c.Acquire(ctx, req); err == nil {
+		t.Fatalf("a call whose try after a late grant failed = %+v, want the failure", res)
+	}
+	res, err := c.Acquire(ctx, req)
+	if err != nil || !res.Acquired {
+		t.Fatalf("the caller's retry = %+v, %v", res, err)
+	}
+	// Every clean-up has landed once Close returns.
+	_ = c.Close()
+	other := newClient(t, srv.Client(t), redislock.Options{})
+	if _, err := other.Renew(ctx, key, res.Lease.ID, time.Minute); err != nil {
+		t.Fatalf("the lease the caller's retry was told it holds (%+v): %v", res.Lease, err)
+	}
+	mustRefuse(t, other, redislock.Request{Key: key, Mode: redislock.Write, Owner: "next", TTL: time.Minute})
 }

@@ -197,6 +197,10 @@ type Result struct {
 	// Available is, for Mode Permit, how many permits of the key were free
 	// after the call.
 	Available int
+
+	// behind is true when the call is queued behind other waiters: it is
+	// woken when its turn comes, and re-checks only as a fallback.
+	behind bool
 }
 
 // Options tune a Client. The zero value is ready to use.
@@ -231,6 +235,15 @@ type Options struct {
 	WaitTimeout time.Duration
 	// Logger receives the engine's rare messages (data loss); default none.
 	Logger *slog.Logger
+	// AutoPipeline sends the scripts of Acquire, Release and Renew through
+	// go-redis's automatic pipelining (the blocking face of
+	// rdb.AutoPipeline()): calls made at the same moment from many
+	// goroutines share round trips to Redis. Each call still waits for its
+	// own reply, so one goroutine's calls run in the order it makes them.
+	// A call's context no longer cuts short its wait for Redis: once sent,
+	// it waits out the client's read timeout. Without WaitReplicas only;
+	// default off.
+	AutoPipeline bool
 }
 
 // Observer receives events for metrics. Its methods must be fast and safe
@@ -252,6 +265,7 @@ type Observer interface {
 // waiters.
 type Client struct {
 	rdb        redis.UniversalClient
+	scripts    redis.Scripter       // runs the lock scripts: rdb, or its autopipeliner
 	cluster    *redis.ClusterClient // nil unless rdb is one
 	prefix     string
 	publish    string
@@ -318,6 +332,15 @@ func New(rdb redis.UniversalClient, opts Options) *Client {
 		waitTimeout:   opts.WaitTimeout,
 		closing:       make(chan struct{}),
 	}
+	c.scripts = rdb
+	if opts.AutoPipeline && opts.WaitReplicas <= 0 {
+		// The autopipeliner belongs to rdb and stops when rdb closes.
+		if ap, err := rdb.AutoPipeline(); err == nil {
+			c.scripts = ap
+		} else {
+			log.Warn("automatic pipelining unavailable; scripts use plain round trips", "err", err)
+		}
+	}
 	c.renewer = newRenewer(c)
 	if c.lossGrace > 0 {
 		c.loss = newLossWatch(c)
@@ -367,7 +390,7 @@ func (c *Client) Release(ctx context.Context, key, leaseID, requestID string) (u
 }
 
 func (c *Client) release(ctx context.Context, ks keySet, key, leaseID, requestID, keeper string) (uint32, error) {
-	reply, err := releaseScript.Run(ctx, c.rdb, ks.scriptKeys(false), leaseID, requestID, ks.channel, c.publish, keeper).Slice()
+	reply, err := releaseScript.Run(ctx, c.scripts, ks.scriptKeys(false), leaseID, requestID, ks.channel, c.publish, keeper).Slice()
 	if err != nil {
 		return 0, err
 	}

@@ -33,7 +33,7 @@ end
 local l = get_lease(id)
 if not l then
   if expired or lost_record then
-    publish(channel, publish_cmd)
+    wake_next(channel, publish_cmd)
   end
   tidy()
   return {-1}
@@ -61,9 +61,10 @@ if request ~= '' then
   expires(until_ms)
 end
 -- Waiters can only get in when a writer leaves or the last holder goes,
--- or, on a semaphore, when a permit comes free.
+-- or, on a semaphore, when a permit comes free; then only those who can
+-- be granted are woken.
 if expired or (l.count == 0 and (l.mode ~= 'r' or h.nl == 0)) then
-  publish(channel, publish_cmd)
+  wake_next(channel, publish_cmd)
 end
 tidy()
 return {1, l.count, l.mode, math.max(0, math.floor((now_us - l.token) / 1000))}

@@ -46,7 +46,7 @@ type renewal struct {
 	register bool          // make keeper the lease's newest
 	due      time.Time
 	early    time.Duration // how much earlier it may go to join a batch
-	until    time.Time     // when the caller stops waiting; zero: never
+	until    time.Time     // when the caller stops waiting; zero: when ctx ends
 	result   chan renewResult
 	dropped  atomic.Bool
 	index    int
@@ -66,11 +66,21 @@ func newRenewer(c *Client) *renewer {
 }
 
 // renew schedules rn at rn.due (or up to rn.early before it, to join a
-// batch) and waits for its outcome.
+// batch) and waits for its outcome, until ctx ends or rn.until (if set)
+// passes, whichever comes first. Thousands of KeepAlives wait here at
+// once: the wait costs a timer, not a context of its own.
 func (r *renewer) renew(ctx context.Context, rn *renewal) renewResult {
 	rn.early = min(rn.early, maxEarly)
 	rn.result = make(chan renewResult, 1)
-	rn.until, _ = ctx.Deadline()
+	if d, ok := ctx.Deadline(); ok && (rn.until.IsZero() || d.Before(rn.until)) {
+		rn.until = d
+	}
+	var expired <-chan time.Time
+	if !rn.until.IsZero() {
+		t := time.NewTimer(time.Until(rn.until))
+		defer t.Stop()
+		expired = t.C
+	}
 	r.mu.Lock()
 	heap.Push(&r.queue, rn)
 	first := r.queue[0] == rn
@@ -82,16 +92,24 @@ func (r *renewer) renew(ctx context.Context, rn *renewal) renewResult {
 	case res := <-rn.result:
 		return res
 	case <-ctx.Done():
-		rn.dropped.Store(true)
-		r.mu.Lock()
-		if rn.index >= 0 && rn.index < len(r.queue) && r.queue[rn.index] == rn {
-			heap.Remove(&r.queue, rn.index)
-		}
-		r.mu.Unlock()
+		r.drop(rn)
 		return renewResult{err: ctx.Err()}
+	case <-expired:
+		r.drop(rn)
+		return renewResult{err: context.DeadlineExceeded}
 	case <-r.stopped:
 		return renewResult{err: ErrClosed}
 	}
+}
+
+// drop takes rn out of the queue, or out of the batch it joined.
+func (r *renewer) drop(rn *renewal) {
+	rn.dropped.Store(true)
+	r.mu.Lock()
+	if rn.index >= 0 && rn.index < len(r.queue) && r.queue[rn.index] == rn {
+		heap.Remove(&r.queue, rn.index)
+	}
+	r.mu.Unlock()
 }
 
 func (r *renewer) poke() {

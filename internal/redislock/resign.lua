@@ -19,7 +19,7 @@ local expired = begin()
 local l, refused = writer_lease(id)
 if not l then
   if expired or lost_record then
-    publish(channel, publish_cmd)
+    wake_next(channel, publish_cmd)
   end
   tidy()
   return {refused}
@@ -33,7 +33,7 @@ local ev = redis.call('HGET', rec, 'ev')
 if ev and string.sub(ev, 1, #id + 1) == id .. '|' then
   redis.call('HDEL', rec, 'ev')
 end
-publish(channel, publish_cmd)
+wake_next(channel, publish_cmd)
 publish(leader_channel, publish_cmd)
 tidy()
 return {1, math.max(0, math.floor((now_us - l.token) / 1000))}

@@ -13,17 +13,24 @@
 -- ARGV[6] '1' when the caller named the owner, '0' when lockd made one up
 -- ARGV[7] request_id, or '' for none
 -- ARGV[8] grace_ms: how long new grants wait after Redis lost its data
+-- ARGV[9] wait_ms: 0 tries once; otherwise a request that is refused takes
+--         (or keeps) a place in the queue until now + wait_ms, and permits
+--         go to the queue in arrival order
+-- ARGV[10] channel that wakes waiters
+-- ARGV[11] publish command: PUBLISH or SPUBLISH
 -- Every reply starts {status, now_ms, hold_until_ms}, as acquire.lua's. Then:
 --   granted:  {1, now, hold, lease_id, 'p', hold_count, fencing_token, ttl_ms,
 --             expire_ms, owner, available}
 --   replayed: {2, ...} the same fields, from a retried request_id's first result
---   busy:     {0, now, hold, retry_after_ms, '', available}
+--   busy:     {0, now, hold, retry_after_ms, '', available, behind}; behind
+--             as in acquire.lua
 --   in use:   {-4, now, hold} the key is held as a lock
 --   limit:    {-5, now, hold, limit} the permits held have another limit
 -- available is how many permits are left free.
 
 local limit, owner, new_id, ttl = tonumber(ARGV[1]), ARGV[2], ARGV[3], tonumber(ARGV[4])
 local attempt, given, request, grace = ARGV[5], ARGV[6], ARGV[7], tonumber(ARGV[8])
+local wait_ms, channel, publish_cmd = tonumber(ARGV[9]), ARGV[10], ARGV[11]
 
 local hold = check_marker(grace)
 begin()
@@ -33,13 +40,20 @@ local function free()
   return math.max(0, limit - h.nl)
 end
 
--- granted tags the hold with this attempt, remembers the result for
--- retries of request, and replies.
+-- granted tags the hold with this attempt, leaves the queue, remembers
+-- the result for retries of request, and replies. With a permit still
+-- free, the next in the queue is woken for it.
 local function granted(id, l, extra)
   add_attempt(l, attempt)
   put_lease(id, l, extra)
   remember(request, given, id, l)
   h.lim = limit
+  if leave_queue(attempt) and h.nl < limit then
+    local head = queue_head()
+    if head then
+      redis.call(publish_cmd, channel, head)
+    end
+  end
   tidy()
   local reply = lease_reply(1, hold, id, l)
   table.insert(reply, free())
@@ -69,16 +83,31 @@ if own then
 end
 
 -- Busy until the first permit held runs out, or until grants held back
--- after a data loss resume.
+-- after a data loss resume. A free permit goes to the head of the queue;
+-- a queued waiter re-checking wakes the head again, in case its wake-up
+-- was lost.
 local blocked_for = nil
 if h.nl >= limit then
   blocked_for = math.max(1, (h.due or now_ms) - now_ms)
-elseif hold > now_ms then
-  blocked_for = hold - now_ms
+else
+  local head, kept = queue_head()
+  if head and head ~= attempt then
+    blocked_for = math.max(1, kept - now_ms)
+    if redis.call('HEXISTS', rec, 'q:' .. attempt) == 1 then
+      redis.call(publish_cmd, channel, head)
+    end
+  elseif hold > now_ms then
+    blocked_for = hold - now_ms
+  end
 end
 if blocked_for then
+  local behind = 0
+  if wait_ms > 0 then
+    join_queue(attempt, wait_ms)
+    if queue_head() ~= attempt then behind = 1 end
+  end
   tidy()
-  return {0, now_ms, hold, blocked_for, '', free()}
+  return {0, now_ms, hold, blocked_for, '', free(), behind}
 end
 
 local l = new_lease('p', owner, ttl)

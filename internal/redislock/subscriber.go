@@ -18,8 +18,10 @@ const unconfirmedAfter = 10 * time.Second
 
 // subscriber shares pub/sub connections among all waiters of a Client: one
 // connection for a single Redis, one per master node on Redis Cluster. Each
-// channel is subscribed once however many waiters it has, and every message
-// on it wakes them all.
+// channel is subscribed once however many waiters it has. A message wakes
+// only the waiters it names (see common.lua): the attempt at the head of
+// the lock's queue, or every reader; any other message wakes them all, as
+// does a subscription lost and made again (messages may have been lost).
 type subscriber struct {
 	rdb     redis.UniversalClient
 	sharded bool
@@ -77,8 +79,26 @@ type topic struct {
 	ready     chan struct{} // closed when the subscription is confirmed
 	confirmed bool
 	err       error
-	waiters   map[chan struct{}]struct{}
+	waiters   map[chan struct{}]interest
+	byID      map[string]chan struct{} // waiters with an id, by id
 }
+
+// interest says which messages on a channel wake a waiter.
+type interest struct {
+	// id is the waiter's attempt id: a message naming it wakes it.
+	id string
+	// reader is woken by a message for every waiting reader.
+	reader bool
+	// all is woken by every message (an election's observers).
+	all bool
+}
+
+// readersWake is the message that wakes every waiting reader; wakeAll (or
+// any message naming nobody known) wakes every waiter.
+const (
+	readersWake = "r"
+	wakeAll     = "released"
+)
 
 func newSubscriber(rdb redis.UniversalClient, sharded bool) *subscriber {
 	s := &subscriber{rdb: rdb, sharded: sharded, idle: idleAfter, shards: map[string]*shard{}, stop: make(chan struct{})}
@@ -92,8 +112,9 @@ func newSubscriber(rdb redis.UniversalClient, sharded bool) *subscriber {
 // after confirmWait at most: a subscription Redis does not confirm (no
 // permission on the channel, a slot that moved) leaves the waiter to its
 // re-checks rather than stranding it. wake receives a value after each
-// message; done must be called when the waiter stops waiting.
-func (s *subscriber) subscribe(ctx context.Context, channel string, deadline time.Time, confirmWait time.Duration) (wake <-chan struct{}, done func(), err error) {
+// message meant for the waiter (see interest); done must be called when the
+// waiter stops waiting.
+func (s *subscriber) subscribe(ctx context.Context, channel string, in interest, deadline time.Time, confirmWait time.Duration) (wake <-chan struct{}, done func(), err error) {
 	ctx, cancel := context.WithDeadline(ctx, deadline)
 	defer cancel()
 	s.mu.Lock()
@@ -113,26 +134,15 @@ func (s *subscriber) subscribe(ctx context.Context, channel string, deadline tim
 	tp := sh.topics[channel]
 	fresh := tp == nil
 	if fresh {
-		tp = &topic{created: time.Now(), ready: make(chan struct{}), waiters: map[chan struct{}]struct{}{}}
+		tp = &topic{created: time.Now(), ready: make(chan struct{}), waiters: map[chan struct{}]interest{}, byID: map[string]chan struct{}{}}
 		sh.topics[channel] = tp
 	}
-	tp.refs++
-	w := make(chan struct{}, 1)
-	tp.waiters[w] = struct{}{}
+	w, done := s.join(tp, in)
 	if fresh {
 		sh.enqueue(command{subscribe: true, channels: []string{channel}, topic: tp})
 	}
 	s.mu.Unlock()
 
-	done = func() {
-		s.mu.Lock()
-		defer s.mu.Unlock()
-		delete(tp.waiters, w)
-		tp.refs--
-		if tp.refs == 0 {
-			tp.idleSince = time.Now()
-		}
-	}
 	unconfirmed := time.NewTimer(confirmWait)
 	defer unconfirmed.Stop()
 	select {
@@ -147,6 +157,55 @@ func (s *subscriber) subscribe(ctx context.Context, channel string, deadline tim
 	case <-ctx.Done():
 		done()
 		return nil, nil, ctx.Err()
+	}
+}
+
+// listening registers a waiter on channel if the channel is subscribed
+// and confirmed already (another waiter of this process uses it, or did a
+// moment ago), so that a waiter registered before its first try misses no
+// message sent after it. It returns nil, nil otherwise: then the waiter
+// subscribes after its try and re-checks.
+func (s *subscriber) listening(ctx context.Context, channel string, in interest) (wake <-chan struct{}, done func()) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.closed {
+		return nil, nil
+	}
+	key, err := s.shardKey(ctx, channel)
+	if err != nil {
+		return nil, nil
+	}
+	sh := s.shards[key]
+	if sh == nil {
+		return nil, nil
+	}
+	tp := sh.topics[channel]
+	if tp == nil || !tp.confirmed || tp.err != nil {
+		return nil, nil
+	}
+	return s.join(tp, in)
+}
+
+// join adds a waiter to a topic and returns its wake-up channel and the
+// function that takes it out again. s.mu is held.
+func (s *subscriber) join(tp *topic, in interest) (chan struct{}, func()) {
+	tp.refs++
+	w := make(chan struct{}, 1)
+	tp.waiters[w] = in
+	if in.id != "" {
+		tp.byID[in.id] = w
+	}
+	return w, func() {
+		s.mu.Lock()
+		defer s.mu.Unlock()
+		delete(tp.waiters, w)
+		if in.id != "" && tp.byID[in.id] == w {
+			delete(tp.byID, in.id)
+		}
+		tp.refs--
+		if tp.refs == 0 {
+			tp.idleSince = time.Now()
+		}
 	}
 }
 
@@ -271,7 +330,7 @@ func (s *subscriber) dispatch(sh *shard, msgs <-chan any) {
 		case *redis.Message:
 			s.mu.Lock()
 			if tp := sh.topics[m.Channel]; tp != nil {
-				tp.wake()
+				tp.deliver(m.Payload)
 			}
 			s.mu.Unlock()
 		}
@@ -334,10 +393,52 @@ func (s *subscriber) unsubscribed(sh *shard, channel string) {
 // wake makes every waiter of the topic re-check. s.mu is held.
 func (tp *topic) wake() {
 	for w := range tp.waiters {
-		select {
-		case w <- struct{}{}:
-		default:
+		poke(w)
+	}
+}
+
+// deliver wakes the waiters a message names: one attempt by its id (the
+// head of the queue), every reader, or, for any other message, everyone.
+// Waiters that follow every message are woken each time. s.mu is held.
+func (tp *topic) deliver(payload string) {
+	if w, ok := tp.byID[payload]; ok {
+		poke(w)
+	} else if payload != readersWake {
+		// Not meant for a waiter of this process, or a message naming
+		// nobody: an attempt id from another process is not for us, any
+		// other message is for everyone.
+		if !isAttemptID(payload) {
+			tp.wake()
+			return
 		}
+	}
+	for w, in := range tp.waiters {
+		if in.all || (in.reader && payload == readersWake) {
+			poke(w)
+		}
+	}
+}
+
+// isAttemptID reports whether a message looks like an attempt id (see
+// newAttemptID): 11 URL-safe base64 characters.
+func isAttemptID(s string) bool {
+	if len(s) != attemptIDLen {
+		return false
+	}
+	for i := range len(s) {
+		c := s[i]
+		if !('a' <= c && c <= 'z' || 'A' <= c && c <= 'Z' || '0' <= c && c <= '9' || c == '-' || c == '_') {
+			return false
+		}
+	}
+	return true
+}
+
+// poke wakes one waiter, unless a wake-up is pending already.
+func poke(w chan struct{}) {
+	select {
+	case w <- struct{}{}:
+	default:
 	}
 }
 

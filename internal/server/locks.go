@@ -23,7 +23,7 @@ const evictionRecheck = 2 * time.Second
 // data-loss grace: its data dies only with the process. The grace never
 // exceeds the longest lease a request may ask for.
 func lockOptions(ctx context.Context, cfg Config, rdb redis.UniversalClient, log *slog.Logger, fail func(error)) (redislock.Options, error) {
-	opts := redislock.Options{Logger: log, WaitReplicas: cfg.RedisWaitReplicas}
+	opts := redislock.Options{Logger: log, WaitReplicas: cfg.RedisWaitReplicas, AutoPipeline: cfg.RedisAutoPipeline}
 	if cfg.Redis == "" {
 		return opts, nil
 	}

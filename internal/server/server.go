@@ -66,6 +66,10 @@ type Config struct {
 	// RedisWaitReplicas, when positive, confirms every grant and renewal
 	// on that many replicas (Redis WAIT).
 	RedisWaitReplicas int
+	// RedisAutoPipeline sends the lock scripts of concurrent calls in
+	// shared round trips (redislock.Options.AutoPipeline); not with
+	// RedisWaitReplicas.
+	RedisAutoPipeline bool
 	// RedisPassword is the Redis password, when it is not in the URL.
 	RedisPassword string
 	// RedisPasswordFile names a file holding the Redis password instead.
@@ -280,8 +284,11 @@ func Run(ctx context.Context, cfg Config) error {
 		opts := append(slices.Clone(creds), grpc.WaitForHandlers(true),
 			// Reused handler goroutines keep their grown stacks: a fresh
 			// goroutine per call spends a tenth of the CPU growing its
-			// stack.
-			grpc.NumStreamWorkers(uint32(runtime.GOMAXPROCS(0))),
+			// stack. gRPC starts a fresh one whenever every worker is
+			// busy, so there are enough for the calls a replica has under
+			// way at once, not only one per core; an idle worker's stack
+			// shrinks back.
+			grpc.NumStreamWorkers(uint32(streamWorkersPerCore*runtime.GOMAXPROCS(0))),
 			// Calls without a known token are refused as their headers
 			// arrive, before they cost a goroutine or a buffer.
 			grpc.InTapHandle(gate.tap))
@@ -411,6 +418,11 @@ func Run(ctx context.Context, cfg Config) error {
 	log.Info("stopped")
 	return unfit
 }
+
+// streamWorkersPerCore is how many gRPC stream workers lockd runs per
+// core: a core serves dozens of lock calls at once, each mostly waiting
+// for Redis.
+const streamWorkersPerCore = 32
 
 // newBroker builds the token broker for the apps of file (none when nil).
 func newBroker(rdb redis.UniversalClient, file *config.Config, opts token.Options) (*token.Broker, error) {

@@ -47,7 +47,11 @@ func (lenientCodec) Marshal(v any) (mem.BufferSlice, error) {
 
 func (lenientCodec) Unmarshal(data mem.BufferSlice, v any) error {
 	m := v.(proto.Message)
-	buf := data.Materialize()
+	// A message in one buffer (most are) is read where it lies, as gRPC's
+	// own codec does: proto.Unmarshal copies what it keeps.
+	b := data.MaterializeToBuffer(mem.DefaultBufferPool())
+	defer b.Free()
+	buf := b.ReadOnlyData()
 	err := proto.Unmarshal(buf, m)
 	if err == nil {
 		return nil

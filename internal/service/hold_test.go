@@ -268,16 +268,23 @@ func TestHoldNeverWaitsOnTheClient(t *testing.T) {
 	close(gate.open)
 
 	// The send that was stalled completes, then the latest lease comes:
-	// the renewals in between were never queued.
+	// the renewals in between were never queued. The renewal seen last in
+	// Redis may not have reached the sender yet when the gate opened, so
+	// the one before it may come first: at most that one.
 	if _, err := stream.Recv(); err != nil {
 		t.Fatal(err)
 	}
-	msg, err := stream.Recv()
-	if err != nil {
-		t.Fatal(err)
-	}
-	if exp := msg.GetLease().GetExpireTime().AsTime(); exp.Before(latest) {
-		t.Fatalf("after the stall the client got a lease expiring %v, older than the latest renewal (%v)", exp, latest)
+	for i := 0; ; i++ {
+		msg, err := stream.Recv()
+		if err != nil {
+			t.Fatal(err)
+		}
+		if !msg.GetLease().GetExpireTime().AsTime().Before(latest) {
+			break
+		}
+		if i == 1 {
+			t.Fatalf("after the stall the client got two leases older than the latest renewal (%v): missed renewals were queued", latest)
+		}
 	}
 }
 

@@ -5,21 +5,23 @@ import (
 	"time"
 )
 
-// latest sends messages on a server stream from a goroutine of its own,
-// keeping only the newest message not yet sent: whoever offers a message
-// (a lease renewal) never waits on the client reading, and a client that
-// reads slowly or not at all gets the newest message when it reads, older
-// unsent ones being dropped.
+// latest sends messages on a server stream, keeping only the newest message
+// not yet sent: whoever offers a message (a lease renewal) never waits on
+// the client reading, and a client that reads slowly or not at all gets the
+// newest message when it reads, older unsent ones being dropped.
+//
+// A goroutine runs only while there is something to send: it is started by
+// the offer that finds none running and ends when nothing is left, so an
+// open stream between renewals costs no goroutine of its own.
 type latest[M any] struct {
 	send func(M) error
 
 	mu      sync.Mutex
-	next    *M
-	sending bool
-	stopped bool
-
-	signal chan struct{}
-	done   chan struct{}
+	next    M
+	pending bool          // next is waiting to be sent
+	sending bool          // a sender goroutine runs
+	stopped bool          // no send starts any more
+	done    chan struct{} // closed when the running sender ends
 }
 
 // sendDrain bounds how long stop waits for a send under way: a client that
@@ -27,44 +29,47 @@ type latest[M any] struct {
 const sendDrain = time.Second
 
 func newLatest[M any](send func(M) error) *latest[M] {
-	l := &latest[M]{send: send, signal: make(chan struct{}, 1), done: make(chan struct{})}
-	go l.run()
-	return l
+	return &latest[M]{send: send}
 }
 
-// offer replaces the message waiting to be sent with m.
+// offer replaces the message waiting to be sent with m, and starts a
+// sender unless one runs.
 func (l *latest[M]) offer(m M) {
 	l.mu.Lock()
-	l.next = &m
-	l.mu.Unlock()
-	select {
-	case l.signal <- struct{}{}:
-	default:
+	defer l.mu.Unlock()
+	if l.stopped {
+		return
 	}
+	l.next, l.pending = m, true
+	if l.sending {
+		return
+	}
+	l.sending = true
+	l.done = make(chan struct{})
+	go l.run(l.done)
 }
 
-func (l *latest[M]) run() {
-	defer close(l.done)
-	for range l.signal {
+// run sends until no message waits, the sender is stopped, or a send
+// fails.
+func (l *latest[M]) run(done chan struct{}) {
+	defer close(done)
+	for {
 		l.mu.Lock()
-		m := l.next
-		l.next = nil
-		if l.stopped || m == nil {
-			stopped := l.stopped
+		if !l.pending || l.stopped {
+			l.sending = false
 			l.mu.Unlock()
-			if stopped {
-				return
-			}
-			continue
+			return
 		}
-		l.sending = true
+		m := l.next
+		var zero M
+		l.next, l.pending = zero, false
 		l.mu.Unlock()
-		err := l.send(*m)
-		l.mu.Lock()
-		l.sending = false
-		l.mu.Unlock()
-		if err != nil {
-			return // the stream is broken; its handler ends with it
+		if err := l.send(m); err != nil {
+			// The stream is broken; its handler ends with it.
+			l.mu.Lock()
+			l.stopped, l.sending = true, false
+			l.mu.Unlock()
+			return
 		}
 	}
 }
@@ -74,17 +79,15 @@ func (l *latest[M]) run() {
 func (l *latest[M]) stop() {
 	l.mu.Lock()
 	l.stopped = true
-	busy := l.sending
+	busy, done := l.sending, l.done
 	l.mu.Unlock()
-	select {
-	case l.signal <- struct{}{}:
-	default:
-	}
 	if !busy {
 		return
 	}
+	t := time.NewTimer(sendDrain)
+	defer t.Stop()
 	select {
-	case <-l.done:
-	case <-time.After(sendDrain):
+	case <-done:
+	case <-t.C:
 	}
 }

@@ -7,7 +7,6 @@ import (
 	"errors"
 	"log/slog"
 	"strconv"
-	"sync"
 	"sync/atomic"
 	"time"
 
@@ -31,8 +30,9 @@ type LockServer struct {
 	clients perClient
 	audit   audit
 
-	drainOnce sync.Once
-	drained   chan struct{}
+	// drained ends when the server drains.
+	drained context.Context
+	drain   context.CancelFunc
 }
 
 // Option tunes a LockServer.
@@ -46,7 +46,8 @@ func WithAudit(log *slog.Logger) Option {
 
 // NewLockServer returns a LockServer on engine.
 func NewLockServer(engine *redislock.Client, limits Limits, log *slog.Logger, opts ...Option) *LockServer {
-	s := &LockServer{engine: engine, limits: limits, log: log, drained: make(chan struct{})}
+	s := &LockServer{engine: engine, limits: limits, log: log}
+	s.drained, s.drain = context.WithCancel(context.Background())
 	for _, o := range opts {
 		o(s)
 	}
@@ -58,7 +59,7 @@ func NewLockServer(engine *redislock.Client, limits Limits, log *slog.Logger, op
 // every waiting Acquire, RLock and WLock with UNAVAILABLE, so callers retry
 // elsewhere. It is called when the server shuts down.
 func (s *LockServer) Drain() {
-	s.drainOnce.Do(func() { close(s.drained) })
+	s.drain()
 }
 
 // KeepAliveStreams reports how many KeepAlive streams are open, with the
@@ -273,17 +274,15 @@ func (s *LockServer) endOnDrain(ctx context.Context) (context.Context, func()) {
 }
 
 // endOnDrain returns ctx canceled with cause errShuttingDown when drained
-// closes; stop releases it.
-func endOnDrain(ctx context.Context, drained <-chan struct{}) (context.Context, func()) {
+// ends; stop releases it. It costs no goroutine while the call runs, which
+// matters for the thousands of streams a replica keeps open.
+func endOnDrain(ctx context.Context, drained context.Context) (context.Context, func()) {
 	dctx, cancel := context.WithCancelCause(ctx)
-	go func() {
-		select {
-		case <-drained:
-			cancel(errShuttingDown)
-		case <-dctx.Done():
-		}
-	}()
-	return dctx, func() { cancel(nil) }
+	unwatch := context.AfterFunc(drained, func() { cancel(errShuttingDown) })
+	return dctx, func() {
+		unwatch()
+		cancel(nil)
+	}
 }
 
 // limitError is a replica-wide limit, or a client's own when client is set.

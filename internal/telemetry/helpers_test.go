@@ -52,17 +52,23 @@ type pingFunc func(ctx context.Context) error
 func (f pingFunc) ping(ctx context.Context) error { return f(ctx) }
 
 // pingDesc describes a unary Ping(Empty) returns (Empty), so that the tests
-// need no generated code; the handler runs in the RPC's context.
+// need no generated code; the handler runs in the RPC's context, through
+// the server's interceptors as generated handlers do.
 var pingDesc = grpc.ServiceDesc{
 	ServiceName: "lockd.telemetrytest.Pinger",
 	HandlerType: (*pinger)(nil),
 	Methods: []grpc.MethodDesc{{
 		MethodName: "Ping",
-		Handler: func(srv any, ctx context.Context, dec func(any) error, _ grpc.UnaryServerInterceptor) (any, error) {
-			if err := dec(new(emptypb.Empty)); err != nil {
+		Handler: func(srv any, ctx context.Context, dec func(any) error, interceptor grpc.UnaryServerInterceptor) (any, error) {
+			in := new(emptypb.Empty)
+			if err := dec(in); err != nil {
 				return nil, err
 			}
-			return new(emptypb.Empty), srv.(pinger).ping(ctx)
+			handle := func(ctx context.Context, _ any) (any, error) { return new(emptypb.Empty), srv.(pinger).ping(ctx) }
+			if interceptor == nil {
+				return handle(ctx, in)
+			}
+			return interceptor(ctx, in, &grpc.UnaryServerInfo{Server: srv, FullMethod: pingMethod}, handle)
 		},
 	}},
 }

@@ -1,7 +1,9 @@
 // Package telemetry gives lockd its OpenTelemetry metrics and traces.
 //
 // Metrics go to a Prometheus registry of their own, served by
-// [Telemetry.MetricsHandler]: otelgrpc's rpc_server_* series, redisotel's
+// [Telemetry.MetricsHandler]: otelgrpc's rpc_server_* series (recorded by
+// otelgrpc while traces are exported, by callMetrics' interceptors
+// otherwise), redisotel's
 // connection-pool series, the Go runtime and process collectors, and lockd's
 // own lockd_* series (see [LockMetrics] and [TokenMetrics]).
 //
@@ -90,7 +92,8 @@ type Telemetry struct {
 	tp         trace.TracerProvider
 	sdkTP      *sdktrace.TracerProvider // nil when traces are not exported
 	propagator propagation.TextMapPropagator
-	grpcStats  stats.Handler
+	grpcStats  stats.Handler // otelgrpc's, while traces are exported
+	calls      *callMetrics  // otherwise
 
 	locks     *LockMetrics
 	tokens    *TokenMetrics
@@ -182,17 +185,27 @@ func Setup(ctx context.Context, opts Options) (*Telemetry, error) {
 		return nil, fmt.Errorf("telemetry: instruments: %w", err)
 	}
 
-	t.grpcStats = otelgrpc.NewServerHandler(
-		otelgrpc.WithTracerProvider(t.tp),
-		otelgrpc.WithMeterProvider(t.mp),
-		otelgrpc.WithPropagators(t.propagator),
-		// Probes and tooling are not traffic: no spans, no rpc_server_*
-		// series for them.
-		otelgrpc.WithFilter(filters.None(
-			filters.HealthCheck(),
-			filters.ServicePrefix("grpc.reflection."),
-		)),
+	// Probes and tooling are not traffic: no spans, no rpc_server_*
+	// series for them.
+	notTraffic := filters.None(
+		filters.HealthCheck(),
+		filters.ServicePrefix("grpc.reflection."),
 	)
+	if t.sdkTP == nil && useLeanCallMetrics() {
+		// No span is ever recorded: the same metric for less (see
+		// callMetrics).
+		if t.calls, err = newCallMetrics(t.mp, notTraffic); err != nil {
+			_ = t.Shutdown(ctx)
+			return nil, fmt.Errorf("telemetry: instruments: %w", err)
+		}
+	} else {
+		t.grpcStats = otelgrpc.NewServerHandler(
+			otelgrpc.WithTracerProvider(t.tp),
+			otelgrpc.WithMeterProvider(t.mp),
+			otelgrpc.WithPropagators(t.propagator),
+			otelgrpc.WithFilter(notTraffic),
+		)
+	}
 
 	if opts.Global {
 		otel.SetTracerProvider(t.tp)
@@ -351,6 +364,9 @@ func (t *Telemetry) MetricsHandler() http.Handler { return t.handler }
 // otelgrpc's stats handler with this Telemetry's providers and propagator.
 // Health checks and reflection are left out of both spans and metrics.
 func (t *Telemetry) GRPCServerOptions() []grpc.ServerOption {
+	if t.calls != nil {
+		return t.calls.serverOptions()
+	}
 	return []grpc.ServerOption{grpc.StatsHandler(t.grpcStats)}
 }
 
