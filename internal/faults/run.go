@@ -55,6 +55,9 @@ type Run struct {
 	wg       sync.WaitGroup
 	holds    atomic.Int64
 	progress chan struct{} // signalled after every hold
+	// permitLimit is the semaphores' limit of a permit workload (see
+	// StartPermits), 0 for locks.
+	permitLimit int
 }
 
 // NewRun returns a run of w on replicas; nothing happens until Start.
@@ -106,8 +109,12 @@ func (r *Run) WaitHolds(n int64, timeout time.Duration) bool {
 	return true
 }
 
-// Check checks the run's history; see [Check].
+// Check checks the run's history; see [Check], or [CheckPermits] for a
+// permit workload.
 func (r *Run) Check(windows ...Window) *Result {
+	if r.permitLimit > 0 {
+		return CheckPermits(r.History.Events(), r.permitLimit, windows)
+	}
 	return Check(r.History.Events(), r.Fenced.Log(), r.Plain.Overlaps(), windows)
 }
 
