@@ -75,7 +75,9 @@ func dialAs(t *testing.T, p *lockdtest.Process, token string) *grpc.ClientConn {
 // wait: a force-release ends the evicted lease (the next grant is no
 // double grant), every evicted holder reading its KeepAlive stream is told
 // (NOT_FOUND) before its known expiry, and the fenced resource accepts no
-// evicted holder's write after its successor's.
+// evicted holder's write after its successor's. Checked without its
+// force-releases, the same history must show double grants: waiters were
+// granted keys while the evicted holders still believed they held them.
 func TestForceReleaseHolders(t *testing.T) {
 	t.Parallel()
 	srv := redistest.Start(t)
@@ -117,6 +119,9 @@ func TestForceReleaseHolders(t *testing.T) {
 	}
 	blind := Check(unforced, nil, nil, nil)
 	t.Logf("checked without its force-releases, the history shows %d double grants and %d late reports", len(blind.DoubleGrants), len(blind.LateReports))
+	if len(blind.DoubleGrants) == 0 {
+		t.Errorf("no force-release was followed by a grant while the evicted holder still believed it held: the scenario tests nothing")
+	}
 	if res.ForcedLeases == 0 || res.LossReports == 0 {
 		t.Errorf("%d leases force-released while held, %d losses reported: the admin evicted nobody", res.ForcedLeases, res.LossReports)
 	}

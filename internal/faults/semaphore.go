@@ -14,8 +14,8 @@ import (
 
 // Semaphore workloads. Each client, in a loop, takes a permit
 // (SemaphoreService.Acquire with the run's limit) of one of the workload's
-// keys, keeps it alive with KeepAlive streams for Writes steps of Step,
-// and releases it (LockService.Release), as run.go's clients do with
+// keys, keeps it alive with KeepAlive streams for 1 to 2×Writes steps of
+// Step (at random, so that holds do not end in step), and releases it (LockService.Release), as run.go's clients do with
 // locks. Permits are recorded as read holds; [CheckPermits] checks them.
 
 // StartPermits starts n semaphore clients of the run's workload (instead
@@ -39,7 +39,7 @@ func (r *Run) StartPermits(n int, limit uint32, sems []lockdv1.SemaphoreServiceC
 					}
 					continue
 				}
-				r.holdPermit(h)
+				r.holdPermit(h, 1+rnd.IntN(2*r.w.Writes))
 				r.holds.Add(1)
 				select {
 				case r.progress <- struct{}{}:
@@ -92,19 +92,19 @@ func (c *Client) AcquirePermit(ctx context.Context, sems []lockdv1.SemaphoreServ
 	return nil, err
 }
 
-// holdPermit keeps a permit alive for Writes steps of Step while it stays
+// holdPermit keeps a permit alive for steps steps of Step while it stays
 // valid, as hold does with a lock (waiting for lockd's news when too close
 // to its expiry, giving it up with none), then releases it unless it was
 // lost. A permit writes to no resource: the resources serve one holder at
 // a time.
-func (r *Run) holdPermit(h *Held) {
+func (r *Run) holdPermit(h *Held, steps int) {
 	kctx, stopKeeping := context.WithCancel(r.ctx)
 	kept := make(chan struct{})
 	go func() {
 		defer close(kept)
 		h.KeepAlive(kctx, KeepAliveOptions{})
 	}()
-	for i := 0; i < r.w.Writes; {
+	for i := 0; i < steps; {
 		if h.Valid(2 * r.w.Step) {
 			select {
 			case <-r.ctx.Done():
