@@ -160,6 +160,11 @@ func (r *Run) campaignLoop(c *Client) {
 			time.Sleep(retryBackoff)
 			continue
 		}
+		r.elected.Add(1)
+		select {
+		case r.electedC <- struct{}{}:
+		default:
+		}
 		r.lead(lead)
 		stopWaiting()
 		r.holds.Add(1)

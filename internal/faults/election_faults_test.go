@@ -25,6 +25,12 @@ func TestLeaderRedisFrozen(t *testing.T) {
 		workload: w, replicas: f.replicas, rdb: srv.Client(t),
 		prepare: func(run *Run) { run.Elections = f.elections },
 		inject: func(t *testing.T, run *Run, round int) []Window {
+			// Leaderships run in step (the workload's warm-up ends as a
+			// batch of them resigns): freeze once a new leader leads, so
+			// the freeze has leaders to depose.
+			if !run.WaitElected(run.Elected()+1, progressTimeout) {
+				t.Fatalf("no leader elected in %v", progressTimeout)
+			}
 			srv.Freeze()
 			time.Sleep(3 * w.TTL)
 			srv.Thaw()

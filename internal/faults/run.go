@@ -55,6 +55,8 @@ type Run struct {
 	wg       sync.WaitGroup
 	holds    atomic.Int64
 	progress chan struct{} // signalled after every hold
+	elected  atomic.Int64
+	electedC chan struct{} // signalled after every election won
 	// permitLimit is the semaphores' limit of a permit workload (see
 	// StartPermits), 0 for locks.
 	permitLimit int
@@ -63,7 +65,7 @@ type Run struct {
 // NewRun returns a run of w on replicas; nothing happens until Start.
 func NewRun(w Workload, replicas []lockdv1.LockServiceClient) *Run {
 	ctx, cancel := context.WithCancel(context.Background())
-	return &Run{w: w, replicas: replicas, ctx: ctx, cancel: cancel, progress: make(chan struct{}, 1)}
+	return &Run{w: w, replicas: replicas, ctx: ctx, cancel: cancel, progress: make(chan struct{}, 1), electedC: make(chan struct{}, 1)}
 }
 
 // Start starts the clients.
@@ -102,6 +104,25 @@ func (r *Run) WaitHolds(n int64, timeout time.Duration) bool {
 	for r.holds.Load() < n {
 		select {
 		case <-r.progress:
+		case <-deadline:
+			return false
+		}
+	}
+	return true
+}
+
+// Elected returns how many leaderships the clients of an election
+// workload have won.
+func (r *Run) Elected() int64 { return r.elected.Load() }
+
+// WaitElected waits until the clients of an election workload have won n
+// leaderships in all, and reports false if timeout passed first. A fault
+// injected once it returns finds a leader just elected, still leading.
+func (r *Run) WaitElected(n int64, timeout time.Duration) bool {
+	deadline := time.After(timeout)
+	for r.elected.Load() < n {
+		select {
+		case <-r.electedC:
 		case <-deadline:
 			return false
 		}

@@ -157,26 +157,39 @@ func (a *attempt) freshIDs() {
 }
 
 // tryInTime is try, but a grant whose reply came after its lease may have
-// run out (a slow network, a long pause of this process) is no grant: the
-// lease is known to run until sent + remaining by this host's clock and not
-// a moment longer, so a reply later than that is undone and answered as
-// not acquired, with no wait before the next try. The attempt goes on with
-// fresh ids, so the undo of the late grant never touches a later one.
+// run out (a slow network, a long pause of this process, a request served
+// by a Redis that was frozen meanwhile) is not handed out: the lease is
+// known to run until sent + remaining by this host's clock and not a
+// moment longer. The attempt goes on with fresh ids, answered as not
+// acquired, with no wait before the next try.
+//
+// The late grant itself is undone only when nobody can claim it, that is
+// without a RequestID; a retry that meanwhile re-enters the owner's lease
+// adds a hold of its own, which that undo leaves alone. With a RequestID
+// the grant is the request's first result, which every retry of the
+// request replays: an undo could land after such a replay was handed out
+// (this call's next try, or the caller's retry on another replica), taking
+// a lease from a holder that was told it holds it. So it is kept, as is
+// every grant of a request id whose reply went astray, and read again at
+// once: a replay that comes in time is a lease that runs until its own
+// sent + remaining. A grant nobody claims runs out with its ttl.
 func (a *attempt) tryInTime(ctx context.Context, wait time.Duration) (Result, error) {
-	res, err := a.try(ctx, wait)
-	if err != nil || !res.Acquired || time.Now().Before(res.Lease.sent.Add(res.Lease.remaining)) {
-		return res, err
+	for tries := 1; ; tries++ {
+		res, err := a.try(ctx, wait)
+		if err != nil || !res.Acquired || time.Now().Before(res.Lease.sent.Add(res.Lease.remaining)) {
+			return res, err
+		}
+		claimable := a.req.RequestID != ""
+		if !claimable {
+			late := *a
+			late.undo(true)
+		}
+		a.replayed = false
+		a.freshIDs()
+		if !claimable || tries > 1 {
+			return Result{}, nil
+		}
 	}
-	if !a.replayed {
-		late := *a
-		late.undo(true)
-		// The late grant is being undone: the tries that follow must not
-		// replay it as theirs through the request id.
-		a.req.RequestID = ""
-	}
-	a.replayed = false
-	a.freshIDs()
-	return Result{}, nil
 }
 
 func (a *attempt) try(ctx context.Context, wait time.Duration) (Result, error) {

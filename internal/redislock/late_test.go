@@ -2,6 +2,8 @@ package redislock_test
 
 import (
 	"context"
+	"errors"
+	"os"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -136,6 +138,135 @@ func TestAGrantThatArrivesAfterItsLeaseIsNeverHeld(t *testing.T) {
 	}
 }
 
+// lateSends holds back the first script run for owner before it reaches
+// Redis, by delay, as a frozen master that serves it once thawed would:
+// lockd hears of the grant later than the lease may have run out by its own
+// clock, although by Redis's clock the lease has only just begun. It also
+// holds back every undo of a hold (abandon.lua) by undoDelay, so that an
+// undo sent in the background reaches Redis after whatever its caller does
+// next.
+type lateSends struct {
+	owner     string
+	delay     time.Duration
+	undoDelay time.Duration
+	undo      string // abandon.lua as lockd sends it, and its SHA-1
+	undoSHA   string
+	n         atomic.Int32
+	// fail makes that many scripts for owner fail unsent, after the n
+	// held back, as a Redis that froze again would.
+	fail atomic.Int32
+}
+
+func newLateSends(t *testing.T, owner string, delay, undoDelay time.Duration) *lateSends {
+	t.Helper()
+	common, err := os.ReadFile("common.lua")
+	if err != nil {
+		t.Fatal(err)
+	}
+	abandon, err := os.ReadFile("abandon.lua")
+	if err != nil {
+		t.Fatal(err)
+	}
+	undo := string(common) + string(abandon)
+	return &lateSends{owner: owner, delay: delay, undoDelay: undoDelay, undo: undo, undoSHA: redis.NewScript(undo).Hash()}
+}
+
+// undoesHold reports whether cmd, an abandon.lua call, undoes a hold: its
+// ARGV are attempt, mode, owner, '1', ...
+func undoesHold(cmd redis.Cmder) bool {
+	args := cmd.Args()
+	keys, ok := args[2].(int)
+	if !ok || len(args) < 3+keys+4 {
+		return false
+	}
+	return args[3+keys+3] == "1"
+}
+
+func (*lateSends) DialHook(next redis.DialHook) redis.DialHook { return next }
+
+func (*lateSends) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.ProcessPipelineHook {
+	return next
+}
+
+func (l *lateSends) ProcessHook(next redis.ProcessHook) redis.ProcessHook {
+	return func(ctx context.Context, cmd redis.Cmder) error {
+		if (cmd.Name() == "evalsha" || cmd.Name() == "eval") && len(cmd.Args()) > 1 {
+			if script, _ := cmd.Args()[1].(string); script == l.undoSHA || script == l.undo {
+				if undoesHold(cmd) {
+					time.Sleep(l.undoDelay)
+				}
+			} else if (&lateReplies{owner: l.owner}).carriesOwner(cmd) {
+				if l.n.Add(-1) >= 0 {
+					time.Sleep(l.delay)
+				} else if l.fail.Add(-1) >= 0 {
+					err := errors.New("connection reset by peer")
+					cmd.SetErr(err)
+					return err
+				}
+			}
+		}
+		return next(ctx, cmd)
+	}
+}
+
+// TestALateGrantClaimedByItsRetryStaysHeld: a call's grant reaches lockd
+// after its lease may have run out by lockd's clock (the request sat on a
+// frozen master), so the call tries again at once: a waiting call within
+// its wait, and a call with a request id even when it does not wait. A
+// lease the caller is then told it holds stays held: nothing done about
+// the late grant removes it afterwards, whether the retry re-read the
+// first grant by its request id or re-entered the owner's lease.
+func TestALateGrantClaimedByItsRetryStaysHeld(t *testing.T) {
+	t.Parallel()
+	srv := redistest.Start(t)
+	const ttl = 3 * time.Second
+	for _, tc := range []struct {
+		name      string
+		requestID string
+		wait      time.Duration
+	}{
+		{name: "a waiting call with a request id", requestID: "retried", wait: 20 * time.Second},
+		{name: "a waiting call without a request id", wait: 20 * time.Second},
+		{name: "a call with a request id asked for once", requestID: "once"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel()
+			rdb := srv.Client(t)
+			late := newLateSends(t, "late", ttl+200*time.Millisecond, 300*time.Millisecond)
+			rdb.AddHook(late)
+			c := redislock.New(rdb, redislock.Options{})
+			defer c.Close()
+			ctx := ctxT(t, time.Minute)
+			key := "late/claimed " + tc.name
+
+			late.n.Store(1)
+			res, err := c.Acquire(ctx, redislock.Request{Key: key, Mode: redislock.Write, Owner: "late", TTL: ttl,
+				Wait: tc.wait, RequestID: tc.requestID})
+			if err != nil {
+				t.Fatal(err)
+			}
+			if late.n.Load() > 0 {
+				t.Fatal("the first try was not held back")
+			}
+			if !res.Acquired {
+				t.Fatalf("not acquired (retry after %v)", res.RetryAfter)
+			}
+			// Every clean-up of the late grant has landed once Close returns.
+			_ = c.Close()
+
+			other := newClient(t, srv.Client(t), redislock.Options{})
+			if _, err := other.Renew(ctx, key, res.Lease.ID, time.Minute); err != nil {
+				t.Fatalf("the lease the caller was told it holds (%+v): %v", res.Lease, err)
+			}
+			mustRefuse(t, other, redislock.Request{Key: key, Mode: redislock.Write, Owner: "next", TTL: time.Minute})
+			// One Release, for the one Acquire, frees the key.
+			if n, err := other.Release(ctx, key, res.Lease.ID, ""); err != nil || n != 0 {
+				t.Fatalf("Release: hold count %d, %v", n, err)
+			}
+		})
+	}
+}
+
 // TestALateGrantIsNotReplayedToItsOwnRetry: a waiting call with a request
 // id whose grant ran late (sent before Redis froze, run after) tries again
 // within its wait while the late grant, still held in Redis, is being
@@ -167,4 +298,42 @@ func TestALateGrantIsNotReplayedToItsOwnRetry(t *testing.T) {
 		}
 		time.Sleep(20 * time.Millisecond)
 	}
+}
+
+// TestALateGrantIsNotEndedUnderTheCallersRetry: a waiting call's grant
+// comes late, and its next try fails (Redis froze again), so the caller
+// hears UNAVAILABLE and retries with the same request id, as lockd's
+// clients do. The lease that retry is handed stays held: the late grant is
+// not being undone behind it.
+func TestALateGrantIsNotEndedUnderTheCallersRetry(t *testing.T) {
+	t.Parallel()
+	srv := redistest.Start(t)
+	rdb := srv.Client(t)
+	const ttl = 3 * time.Second
+	late := newLateSends(t, "late", ttl+200*time.Millisecond, 300*time.Millisecond)
+	rdb.AddHook(late)
+	c := redislock.New(rdb, redislock.Options{})
+	defer c.Close()
+	ctx := ctxT(t, time.Minute)
+	const key = "late/caller retries"
+	req := redislock.Request{Key: key, Mode: redislock.Write, Owner: "late", TTL: ttl, Wait: 20 * time.Second, RequestID: "retried"}
+	// Redis knows the script already: the first try sent is the one run.
+	mustAcquire(t, c, redislock.Request{Key: key + " before", Mode: redislock.Write, Owner: "before", TTL: time.Minute})
+
+	late.n.Store(1)
+	late.fail.Store(1)
+	if res, err := c.Acquire(ctx, req); err == nil {
+		t.Fatalf("a call whose try after a late grant failed = %+v, want the failure", res)
+	}
+	res, err := c.Acquire(ctx, req)
+	if err != nil || !res.Acquired {
+		t.Fatalf("the caller's retry = %+v, %v", res, err)
+	}
+	// Every clean-up has landed once Close returns.
+	_ = c.Close()
+	other := newClient(t, srv.Client(t), redislock.Options{})
+	if _, err := other.Renew(ctx, key, res.Lease.ID, time.Minute); err != nil {
+		t.Fatalf("the lease the caller's retry was told it holds (%+v): %v", res.Lease, err)
+	}
+	mustRefuse(t, other, redislock.Request{Key: key, Mode: redislock.Write, Owner: "next", TTL: time.Minute})
 }
