@@ -32,14 +32,16 @@ cpu=$(grep -m1 'model name' /proc/cpuinfo | cut -d: -f2- | sed 's/^ //' || true)
   echo "rejects lower tokens) and to a plain one (which records overlaps). Columns:"
   echo "holds granted; calls that failed; writers overlapping on the plain resource"
   echo "(violating / with one writer past its lease, which fencing covers / inside"
-  echo "a documented data-loss window); leases granted to another while still held"
+  echo "a documented data-loss window); leases granted to another while still held,"
+  echo "or semaphore permits granted beyond the key's limit"
   echo "(violating / inside a window); stale writes the fenced resource rejected;"
   echo "writes it accepted out of fencing order; losses lockd reported to holders and"
   echo "how long before the key's next grant; losses reported only after another"
   echo "grant (violating: the holder still had its lease's expiry ahead, or was never"
   echo "told / after the expiry the holder already knew, which scheduling on a loaded"
-  echo "machine can cause); other violations (tokens, keys without expiry, scenario"
-  echo "checks)."
+  echo "machine can cause); other violations (tokens, keys without expiry, holders"
+  echo "evicted by an admin's ForceRelease and never told, scenario"
+  echo "checks). Semaphore permits, held several at once, write to neither resource."
   echo
   if [ -s "$table" ]; then cat "$table"; else echo "(the suite wrote no results)"; fi
   echo

@@ -83,6 +83,16 @@ type Result struct {
 	// the message past it), so it is counted, not judged.
 	ReportsAfterExpiry int
 
+	// OverLimit are permits of a semaphore granted while the key's limit
+	// of other permits were still held (see [CheckPermits]).
+	OverLimit []string
+
+	// ForcedLeases counts leases an admin ended (ForceRelease) while their
+	// holder claimed them; ForcedUnreported are those whose holder read a
+	// KeepAlive stream at the time and was never told of the loss.
+	ForcedLeases     int
+	ForcedUnreported []string
+
 	// Extra are violations a scenario found outside the history (keys left
 	// without an expiry in Redis, a lease kept by a vanished client).
 	Extra []string
@@ -91,7 +101,7 @@ type Result struct {
 // Violations returns every violation found.
 func (r *Result) Violations() []string {
 	var all []string
-	for _, l := range [][]string{r.DoubleGrants, r.OverlapViolations, r.OutOfOrder, r.TokenViolations, r.LateReports, r.Extra} {
+	for _, l := range [][]string{r.DoubleGrants, r.OverLimit, r.OverlapViolations, r.OutOfOrder, r.TokenViolations, r.LateReports, r.ForcedUnreported, r.Extra} {
 		all = append(all, l...)
 	}
 	if r.FencedLinearizable == porcupine.Illegal {
@@ -114,16 +124,19 @@ type hold struct {
 	expire     time.Time // latest expiry lockd reported
 	end        time.Time // the holder stopped claiming it (final release, abandon)
 	lost       time.Time // lockd reported it lost
+	forced     time.Time // an admin's ForceRelease of it began
 	watches    []span    // when the holder read a KeepAlive stream
 }
 
 type span struct{ from, to time.Time }
 
 // certainUntil is how long the holder can be sure it holds: until the
-// expiry it was told of, unless it learned of a loss or let go first.
+// expiry it was told of, unless it learned of a loss, let go, or an admin
+// force-released it first. A holder cannot learn of a force-release before
+// lockd tells it; until then only fencing protects the resources from it.
 func (h *hold) certainUntil() time.Time {
 	t := h.expire
-	for _, c := range []time.Time{h.lost, h.end} {
+	for _, c := range []time.Time{h.lost, h.end, h.forced} {
 		if !c.IsZero() && c.Before(t) {
 			t = c
 		}
@@ -167,6 +180,7 @@ func Check(events []Event, fenced map[string][]FencedWrite, overlaps []Overlap, 
 		checkReports(r, hs, inWindow)
 	}
 	checkTokens(r, holds)
+	checkForced(r, holds)
 
 	seen := map[[2]string]bool{}
 	for _, o := range overlaps {
@@ -208,6 +222,7 @@ func Check(events []Event, fenced map[string][]FencedWrite, overlaps []Overlap, 
 // buildHolds folds the events into one hold per lease and counts calls.
 func buildHolds(events []Event, r *Result) ([]*hold, map[string]*hold) {
 	byLease := map[string]*hold{}
+	byToken := map[keyToken]*hold{}
 	var holds []*hold
 	for _, e := range events {
 		if e.Op == OpAcquire || e.Op == OpRelease {
@@ -229,6 +244,7 @@ func buildHolds(events []Event, r *Result) ([]*hold, map[string]*hold) {
 			if h == nil {
 				h = &hold{key: e.Key, lease: e.Lease, client: e.Client, write: e.Write, token: e.Token, call: e.Call, start: e.Return}
 				byLease[e.Lease] = h
+				byToken[keyToken{e.Key, e.Token}] = h
 				holds = append(holds, h)
 			}
 			h.extend(e.Expire)
@@ -248,6 +264,10 @@ func buildHolds(events []Event, r *Result) ([]*hold, map[string]*hold) {
 		case OpAbandon:
 			if h != nil && h.end.IsZero() {
 				h.end = e.Call
+			}
+		case OpForced:
+			if f := byToken[keyToken{e.Key, e.Token}]; f != nil && f.forced.IsZero() {
+				f.forced = e.Call
 			}
 		case OpWatch:
 			if h != nil {
@@ -312,28 +332,37 @@ func checkReports(r *Result, hs []*hold, inWindow func(time.Time) bool) {
 				break
 			}
 		}
-		if next == nil {
-			continue
+		if next != nil {
+			judgeReport(r, a, next, inWindow)
 		}
-		if !a.lost.IsZero() && a.lost.Before(next.start) {
-			r.LeadTimes = append(r.LeadTimes, next.start.Sub(a.lost))
-			continue
-		}
-		if (!a.end.IsZero() && !next.start.Before(a.end)) || !a.watchedAt(next.start) || inWindow(next.start) {
-			continue // let go, not listening, or lost where lockd cannot know
-		}
-		what := "never told"
-		if !a.lost.IsZero() {
-			if !next.start.Before(a.expire.Add(-clockSlack)) {
-				r.ReportsAfterExpiry++
-				continue
-			}
-			what = fmt.Sprintf("told %s later", a.lost.Sub(next.start).Round(time.Millisecond))
-		}
-		r.LateReports = append(r.LateReports, fmt.Sprintf(
-			"key %q: lease %s was granted to another (lease %s) at %s while its holder kept its KeepAlive stream open; the holder was %s",
-			shortKey(a.key), short(a.lease), short(next.lease), stamp(next.start), what))
 	}
+}
+
+// judgeReport checks that lease a, if lost while its holder read a
+// KeepAlive stream, was reported to it before next, the grant that could
+// only be made without it, started.
+func judgeReport(r *Result, a, next *hold, inWindow func(time.Time) bool) {
+	if !a.forced.IsZero() && a.forced.Before(next.start) {
+		return // an admin ended it; checkForced checks it was reported
+	}
+	if !a.lost.IsZero() && a.lost.Before(next.start) {
+		r.LeadTimes = append(r.LeadTimes, next.start.Sub(a.lost))
+		return
+	}
+	if (!a.end.IsZero() && !next.start.Before(a.end)) || !a.watchedAt(next.start) || inWindow(next.start) {
+		return // let go, not listening, or lost where lockd cannot know
+	}
+	what := "never told"
+	if !a.lost.IsZero() {
+		if !next.start.Before(a.expire.Add(-clockSlack)) {
+			r.ReportsAfterExpiry++
+			return
+		}
+		what = fmt.Sprintf("told %s later", a.lost.Sub(next.start).Round(time.Millisecond))
+	}
+	r.LateReports = append(r.LateReports, fmt.Sprintf(
+		"key %q: lease %s was granted to another (lease %s) at %s while its holder kept its KeepAlive stream open; the holder was %s",
+		shortKey(a.key), short(a.lease), short(next.lease), stamp(next.start), what))
 }
 
 // checkTokens finds grants whose token is not above every token granted

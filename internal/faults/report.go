@@ -66,8 +66,8 @@ func (rep *Report) WriteMarkdown(w io.Writer) error {
 		}
 		fmt.Fprintf(&b, "| %s | %s | %d | %d | %d (%d / %d / %d) | %d / %d | %d | %d | %d | %s | %d / %d | %d | %d | %s |\n",
 			x.name, x.fault, r.Holds, r.FailedCalls, r.Overlaps, len(r.OverlapViolations), r.StaleOverlaps, r.WindowOverlaps,
-			len(r.DoubleGrants), r.WindowGrants, r.StaleWritesRejected, len(r.OutOfOrder), r.LossReports, leads(r.LeadTimes),
-			len(r.LateReports), r.ReportsAfterExpiry, len(r.Extra)+len(r.TokenViolations), v, verdict)
+			len(r.DoubleGrants)+len(r.OverLimit), r.WindowGrants, r.StaleWritesRejected, len(r.OutOfOrder), r.LossReports, leads(r.LeadTimes),
+			len(r.LateReports), r.ReportsAfterExpiry, len(r.Extra)+len(r.TokenViolations)+len(r.ForcedUnreported), v, verdict)
 	}
 	for _, x := range rows {
 		v := x.r.Violations()

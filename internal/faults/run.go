@@ -57,6 +57,9 @@ type Run struct {
 	progress chan struct{} // signalled after every hold
 	elected  atomic.Int64
 	electedC chan struct{} // signalled after every election won
+	// permitLimit is the semaphores' limit of a permit workload (see
+	// StartPermits), 0 for locks.
+	permitLimit int
 }
 
 // NewRun returns a run of w on replicas; nothing happens until Start.
@@ -127,8 +130,12 @@ func (r *Run) WaitElected(n int64, timeout time.Duration) bool {
 	return true
 }
 
-// Check checks the run's history; see [Check].
+// Check checks the run's history; see [Check], or [CheckPermits] for a
+// permit workload.
 func (r *Run) Check(windows ...Window) *Result {
+	if r.permitLimit > 0 {
+		return CheckPermits(r.History.Events(), r.permitLimit, windows)
+	}
 	return Check(r.History.Events(), r.Fenced.Log(), r.Plain.Overlaps(), windows)
 }
 
