@@ -1,6 +1,7 @@
 package main
 
 import (
+	"context"
 	"crypto/tls"
 	"crypto/x509"
 	"errors"
@@ -8,7 +9,9 @@ import (
 	"fmt"
 	"io"
 	"os"
+	"os/signal"
 	"strings"
+	"syscall"
 
 	"github.com/lockd/lockd/client"
 )
@@ -31,6 +34,33 @@ func clientCommand(args []string) (code int, ok bool, serveArgs []string) {
 		}
 	}
 	return 0, false, args
+}
+
+// runOneArg runs a client subcommand that takes one argument (lockd token
+// APP, lockd inspect KEY): it parses args with fs, dials lockd and calls
+// call with the argument and a context that ends on SIGINT or SIGTERM.
+// Bad arguments or a failed dial exit 2 (exitUsage), -help 0.
+func runOneArg(name, usage string, fs *flag.FlagSet, f *clientFlags, args []string, getenv func(string) string, stderr io.Writer,
+	call func(ctx context.Context, c *client.Client, arg string) int) int {
+	if err := fs.Parse(args); err != nil {
+		if errors.Is(err, flag.ErrHelp) {
+			return 0
+		}
+		return exitUsage
+	}
+	if fs.NArg() != 1 {
+		fmt.Fprintln(stderr, usage)
+		return exitUsage
+	}
+	c, err := f.dial(getenv)
+	if err != nil {
+		fmt.Fprintln(stderr, name+":", err)
+		return exitUsage
+	}
+	defer c.Close()
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	defer stop()
+	return call(ctx, c, fs.Arg(0))
 }
 
 // newClientFlagSet returns the flag set of a client subcommand, whose

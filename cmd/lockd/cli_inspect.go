@@ -2,18 +2,14 @@ package main
 
 import (
 	"context"
-	"errors"
-	"flag"
 	"fmt"
 	"io"
-	"os"
-	"os/signal"
 	"strings"
-	"syscall"
 	"time"
 
 	"google.golang.org/protobuf/encoding/protojson"
 
+	"github.com/lockd/lockd/client"
 	lockdv1 "github.com/lockd/lockd/gen/lockd/v1"
 )
 
@@ -28,29 +24,18 @@ func runInspect(args []string, getenv func(string) string, stdout, stderr io.Wri
 	fs := newClientFlagSet("lockd inspect", inspectUsage, "Prints who holds KEY (a lock, election or semaphore) and who waits for it.", stderr)
 	f.register(fs)
 	fs.BoolVar(&asJSON, "json", false, "print DescribeLock's answer as JSON")
-	if err := fs.Parse(args); err != nil {
-		if errors.Is(err, flag.ErrHelp) {
-			return 0
+	return runOneArg("lockd inspect", inspectUsage, fs, &f, args, getenv, stderr, func(ctx context.Context, c *client.Client, key string) int {
+		info, err := c.DescribeLock(ctx, key)
+		if err != nil {
+			fmt.Fprintln(stderr, "lockd inspect:", err)
+			return 1
 		}
-		return exitUsage
-	}
-	if fs.NArg() != 1 {
-		fmt.Fprintln(stderr, inspectUsage)
-		return exitUsage
-	}
-	c, err := f.dial(getenv)
-	if err != nil {
-		fmt.Fprintln(stderr, "lockd inspect:", err)
-		return exitUsage
-	}
-	defer c.Close()
-	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
-	defer stop()
-	info, err := c.DescribeLock(ctx, fs.Arg(0))
-	if err != nil {
-		fmt.Fprintln(stderr, "lockd inspect:", err)
-		return 1
-	}
+		return printLockInfo(info, asJSON, stdout, stderr)
+	})
+}
+
+// printLockInfo prints info as text, or as DescribeLock's JSON.
+func printLockInfo(info *lockdv1.LockInfo, asJSON bool, stdout, stderr io.Writer) int {
 	if asJSON {
 		b, err := protojson.MarshalOptions{Multiline: true, EmitUnpopulated: true}.Marshal(info)
 		if err != nil {

@@ -2,13 +2,10 @@ package main
 
 import (
 	"context"
-	"errors"
-	"flag"
 	"fmt"
 	"io"
-	"os"
-	"os/signal"
-	"syscall"
+
+	"github.com/lockd/lockd/client"
 )
 
 const tokenUsage = "usage: lockd token [flags] APP"
@@ -19,29 +16,13 @@ func runToken(args []string, getenv func(string) string, stdout, stderr io.Write
 	var f clientFlags
 	fs := newClientFlagSet("lockd token", tokenUsage, "Prints the app's current access_token, as lockd serves it.", stderr)
 	f.register(fs)
-	if err := fs.Parse(args); err != nil {
-		if errors.Is(err, flag.ErrHelp) {
-			return 0
+	return runOneArg("lockd token", tokenUsage, fs, &f, args, getenv, stderr, func(ctx context.Context, c *client.Client, app string) int {
+		token, _, err := c.AccessToken(ctx, app)
+		if err != nil {
+			fmt.Fprintln(stderr, "lockd token:", err)
+			return 1
 		}
-		return exitUsage
-	}
-	if fs.NArg() != 1 {
-		fmt.Fprintln(stderr, tokenUsage)
-		return exitUsage
-	}
-	c, err := f.dial(getenv)
-	if err != nil {
-		fmt.Fprintln(stderr, "lockd token:", err)
-		return exitUsage
-	}
-	defer c.Close()
-	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
-	defer stop()
-	token, _, err := c.AccessToken(ctx, fs.Arg(0))
-	if err != nil {
-		fmt.Fprintln(stderr, "lockd token:", err)
-		return 1
-	}
-	fmt.Fprintln(stdout, token)
-	return 0
+		fmt.Fprintln(stdout, token)
+		return 0
+	})
 }
