@@ -61,8 +61,9 @@
 // # Redis keys
 //
 // With the default prefix "lockd", for an app whose account is ID
-// ("wechat:classic:<appid>", "wechat:stable:<appid>" or
-// "wecom:<corpid>:<digest of the corpsecret>"):
+// ("wechat:classic:<appid>:<fp>", "wechat:stable:<appid>:<fp>" or
+// "wecom:<corpid>:<fp>", where fp is a keyed digest of the secret, so that
+// a deployment with another secret never reads the account's token):
 //
 //	lockd:token:{ID}                        hash: the access_token, expire_ms, hi_ms, renew_ms,
 //	                                        lifetime_ms, written_ms, cause, gen; expires after the token
@@ -264,10 +265,10 @@ func New(rdb redis.UniversalClient, apps []App, opts Options) (*Broker, error) {
 			return nil, fmt.Errorf("token: app %q: %w", a.Name, err)
 		}
 		id := identity(a.Upstream)
-		if other, dup := accounts[id]; dup {
-			return nil, fmt.Errorf("token: apps %q and %q are the same upstream account (%s); configure it once", other, a.Name, id)
+		if other, dup := accounts[account(a.Upstream)]; dup {
+			return nil, fmt.Errorf("token: apps %q and %q are the same upstream account (%s); configure it once", other, a.Name, account(a.Upstream))
 		}
-		accounts[id] = a.Name
+		accounts[account(a.Upstream)] = a.Name
 		b.apps[a.Name] = newApp(b, a, client, id)
 	}
 	b.ctx, b.cancel = context.WithCancel(context.Background())

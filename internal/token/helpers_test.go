@@ -59,11 +59,12 @@ var providers = []provider{
 	}, "/cgi-bin/gettoken"},
 }
 
-// The keys of the classic and stable apps' cached tokens (WeCom's name a
-// digest of the corpsecret).
-const (
-	classicKey = "lockd:token:{wechat:classic:wx-classic}"
-	stableKey  = "lockd:token:{wechat:stable:wx-stable}"
+// The identities of the classic and stable apps (provider, API, appid and a
+// fingerprint of the secret), and the keys of their cached tokens.
+var (
+	classicID  = token.IdentityOf(providers[0].config(""))
+	classicKey = "lockd:token:{" + classicID + "}"
+	stableKey  = "lockd:token:{" + token.IdentityOf(providers[1].config("")) + "}"
 )
 
 // anyone is the caller of tests that do not look at callers.

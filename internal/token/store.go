@@ -1,6 +1,7 @@
 package token
 
 import (
+	"crypto/hmac"
 	"crypto/sha256"
 	_ "embed"
 	"encoding/hex"
@@ -8,6 +9,7 @@ import (
 	"errors"
 	"fmt"
 	"strconv"
+	"strings"
 	"time"
 
 	"github.com/redis/go-redis/v9"
@@ -61,19 +63,43 @@ func untilNextDay(t time.Time) time.Duration {
 }
 
 // identity names the upstream account whose tokens an app serves: the
-// provider and appid, and for WeCom (where each app of a corp has its own
-// secret and token) a fingerprint of the corpsecret. The cache is keyed by
-// it, so that configurations sharing a Redis never hand one account's token
-// to another.
+// provider, its token API and appid, and a fingerprint of the secret (see
+// secretFingerprint). The cache is keyed by it, so that configurations
+// sharing a Redis never hand one account's token to another, and a
+// deployment that knows an appid but not its secret never reads the token
+// cached by the one that does.
 func identity(cfg wechat.Config) string {
-	if cfg.Provider == wechat.ProviderWeCom {
-		return cfg.Provider + ":" + cfg.AppID + ":" + fingerprint("wecom app", cfg)[:12]
-	}
 	api := cfg.TokenAPI
-	if api == "" {
+	if cfg.Provider == wechat.ProviderWeChat && api == "" {
 		api = wechat.TokenAPIClassic
 	}
-	return cfg.Provider + ":" + api + ":" + cfg.AppID
+	id := cfg.Provider + ":"
+	if api != "" {
+		id += api + ":"
+	}
+	return id + cfg.AppID + ":" + secretFingerprint(cfg)
+}
+
+// account names an upstream account for New's check that no two apps
+// share one: the identity without the secret's fingerprint (one appid has
+// one secret at a time), except for WeCom, where each app of a corp has a
+// secret and a token of its own.
+func account(cfg wechat.Config) string {
+	id := identity(cfg)
+	if cfg.Provider == wechat.ProviderWeCom {
+		return id
+	}
+	return id[:strings.LastIndexByte(id, ':')]
+}
+
+// secretFingerprint is an HMAC-SHA256 of the secret keyed by the provider
+// and appid, truncated to 48 bits: enough to keep two secrets of one appid
+// apart, too little to say anything about a secret of real length, and
+// never the secret itself.
+func secretFingerprint(cfg wechat.Config) string {
+	m := hmac.New(sha256.New, []byte("lockd token cache\x00"+cfg.Provider+"\x00"+cfg.AppID))
+	m.Write([]byte(cfg.Secret))
+	return hex.EncodeToString(m.Sum(nil))[:12]
 }
 
 // fingerprint is a one-way digest of cfg's credentials for use, together
