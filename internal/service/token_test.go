@@ -413,7 +413,7 @@ func TestTokenRedisDownIsUnavailableWithoutAMintStormAfter(t *testing.T) {
 	// The stored token is served on.
 	rdb := redis.NewClient(&redis.Options{Addr: srv.Addr()})
 	defer rdb.Close()
-	if cached, err := rdb.HGet(ctx, "lockd:token:{wechat:classic:wx-classic}", "token").Result(); err != nil || cached != tok {
+	if cached, err := rdb.HGet(ctx, "lockd:token:{"+token.Identity(wechat.Config{Provider: wechat.ProviderWeChat, AppID: "wx-classic", Secret: tokenSecret})+"}", "token").Result(); err != nil || cached != tok {
 		t.Fatalf("cached token %q, %v", cached, err)
 	}
 

@@ -264,7 +264,7 @@ func New(rdb redis.UniversalClient, apps []App, opts Options) (*Broker, error) {
 		if err != nil {
 			return nil, fmt.Errorf("token: app %q: %w", a.Name, err)
 		}
-		id := identity(a.Upstream)
+		id := Identity(a.Upstream)
 		if other, dup := accounts[account(a.Upstream)]; dup {
 			return nil, fmt.Errorf("token: apps %q and %q are the same upstream account (%s); configure it once", other, a.Name, account(a.Upstream))
 		}

@@ -62,9 +62,9 @@ var providers = []provider{
 // The identities of the classic and stable apps (provider, API, appid and a
 // fingerprint of the secret), and the keys of their cached tokens.
 var (
-	classicID  = token.IdentityOf(providers[0].config(""))
+	classicID  = token.Identity(providers[0].config(""))
 	classicKey = "lockd:token:{" + classicID + "}"
-	stableKey  = "lockd:token:{" + token.IdentityOf(providers[1].config("")) + "}"
+	stableKey  = "lockd:token:{" + token.Identity(providers[1].config("")) + "}"
 )
 
 // anyone is the caller of tests that do not look at callers.

@@ -62,13 +62,14 @@ func untilNextDay(t time.Time) time.Duration {
 	return time.Date(y, m, d+1, 0, 0, 0, 0, shanghai).Sub(t)
 }
 
-// identity names the upstream account whose tokens an app serves: the
-// provider, its token API and appid, and a fingerprint of the secret (see
-// secretFingerprint). The cache is keyed by it, so that configurations
-// sharing a Redis never hand one account's token to another, and a
-// deployment that knows an appid but not its secret never reads the token
-// cached by the one that does.
-func identity(cfg wechat.Config) string {
+// Identity names the upstream account whose tokens an app serves: the
+// provider, its token API and appid, and a fingerprint of the secret (a
+// keyed digest, never the secret), e.g. "wechat:classic:wx1234:a418dcd60039".
+// The fleet's keys for the account are Options.Prefix+":token:{"+Identity+"}"
+// and below, so that configurations sharing a Redis never hand one
+// account's token to another, and a deployment that knows an appid but not
+// its secret never reads the token cached by the one that does.
+func Identity(cfg wechat.Config) string {
 	api := cfg.TokenAPI
 	if cfg.Provider == wechat.ProviderWeChat && api == "" {
 		api = wechat.TokenAPIClassic
@@ -85,7 +86,7 @@ func identity(cfg wechat.Config) string {
 // one secret at a time), except for WeCom, where each app of a corp has a
 // secret and a token of its own.
 func account(cfg wechat.Config) string {
-	id := identity(cfg)
+	id := Identity(cfg)
 	if cfg.Provider == wechat.ProviderWeCom {
 		return id
 	}
