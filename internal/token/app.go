@@ -10,7 +10,7 @@ import (
 	"time"
 
 	"github.com/lockd/lockd/internal/redislock"
-	"github.com/lockd/lockd/internal/wechat"
+	"github.com/lockd/lockd/internal/upstream"
 )
 
 // app is one served app: its upstream client and keys, its access_token and
@@ -18,26 +18,28 @@ import (
 type app struct {
 	b       *Broker
 	name    string
-	client  *wechat.Client
+	client  upstream.Client
+	traits  upstream.Traits // of client
 	id      string // the upstream account, see identity
 	fp      string // fingerprint of the credentials
 	keys    appKeys
 	token   *value
-	tickets map[wechat.TicketType]*value
+	tickets map[upstream.TicketType]*value
 }
 
-func newApp(b *Broker, cfg App, client *wechat.Client, id string) *app {
+func newApp(b *Broker, cfg App, client upstream.Client, id string) *app {
 	a := &app{
 		b:       b,
 		name:    cfg.Name,
 		client:  client,
+		traits:  client.Traits(),
 		id:      id,
 		fp:      fingerprint("credentials", cfg.Upstream),
 		keys:    newAppKeys(b.opts.Prefix, id),
-		tickets: map[wechat.TicketType]*value{},
+		tickets: map[upstream.TicketType]*value{},
 	}
 	a.token = newValue(a, "")
-	for _, kind := range client.TicketTypes() {
+	for _, kind := range a.traits.TicketTypes {
 		a.tickets[kind] = newValue(a, kind)
 	}
 	return a
@@ -46,7 +48,7 @@ func newApp(b *Broker, cfg App, client *wechat.Client, id string) *app {
 // values returns the app's access_token and tickets.
 func (a *app) values() []*value {
 	out := []*value{a.token}
-	for _, kind := range a.client.TicketTypes() {
+	for _, kind := range a.traits.TicketTypes {
 		out = append(out, a.tickets[kind])
 	}
 	return out
@@ -57,7 +59,7 @@ func (a *app) values() []*value {
 type value struct {
 	a       *app
 	b       *Broker
-	ticket  wechat.TicketType // "" for the access_token
+	ticket  upstream.TicketType // "" for the access_token
 	name    string            // for logs and errors: the app, or app/ticket
 	keys    valueKeys
 	lockKey string
@@ -81,7 +83,7 @@ type memory struct {
 	expire time.Time // by the local clock
 }
 
-func newValue(a *app, kind wechat.TicketType) *value {
+func newValue(a *app, kind upstream.TicketType) *value {
 	v := &value{
 		a:       a,
 		b:       a.b,

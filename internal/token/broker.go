@@ -54,7 +54,7 @@
 // with failures in a row, with jitter, up to Options.MaxHold; a spent daily
 // quota (45009) holds until WeChat's day turns, probing every
 // Options.QuotaProbe. Errors are *Error values wrapping the upstream's
-// *wechat.Error. When Redis cannot be reached the broker serves the last
+// *upstream.Error. When Redis cannot be reached the broker serves the last
 // token it read while it is valid, and mints nothing, so that no replica
 // mints behind the others' backs.
 //
@@ -98,7 +98,7 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"github.com/lockd/lockd/internal/redislock"
-	"github.com/lockd/lockd/internal/wechat"
+	"github.com/lockd/lockd/internal/upstream"
 )
 
 var (
@@ -154,7 +154,7 @@ func (t Token) String() string {
 type Error struct {
 	// App is the app's name.
 	App string
-	// Err is the cause: the upstream's *wechat.Error, or an error wrapping
+	// Err is the cause: the upstream's *upstream.Error, or an error wrapping
 	// ErrRefreshLimited, ErrAppRefreshLimited or ErrClientLimited (and
 	// the upstream's error, when it refused).
 	Err error
@@ -260,7 +260,7 @@ func New(rdb redis.UniversalClient, apps []App, opts Options) (*Broker, error) {
 		if b.apps[a.Name] != nil {
 			return nil, fmt.Errorf("token: app %q configured twice", a.Name)
 		}
-		client, err := wechat.NewClient(a.Upstream, opts.HTTPClient)
+		client, err := newClient(a.Upstream, opts.HTTPClient)
 		if err != nil {
 			return nil, fmt.Errorf("token: app %q: %w", a.Name, err)
 		}
@@ -388,7 +388,7 @@ func (b *Broker) Refresh(ctx context.Context, app, invalidToken string, caller C
 // jsapi, agent_config), fetched with the app's token and cached, single
 // flighted and renewed like it. A kind the provider does not serve is
 // ErrTicketType.
-func (b *Broker) Ticket(ctx context.Context, app string, kind wechat.TicketType, caller Caller) (Token, error) {
+func (b *Broker) Ticket(ctx context.Context, app string, kind upstream.TicketType, caller Caller) (Token, error) {
 	a, err := b.app(app)
 	if err != nil {
 		return Token{}, err
@@ -402,17 +402,17 @@ func (b *Broker) Ticket(ctx context.Context, app string, kind wechat.TicketType,
 }
 
 // TicketTypes returns the ticket types app serves.
-func (b *Broker) TicketTypes(app string) ([]wechat.TicketType, error) {
+func (b *Broker) TicketTypes(app string) ([]upstream.TicketType, error) {
 	a, err := b.app(app)
 	if err != nil {
 		return nil, err
 	}
-	return a.client.TicketTypes(), nil
+	return a.traits.TicketTypes, nil
 }
 
 func ticketTypes(a *app) string {
 	var names []string
-	for _, t := range a.client.TicketTypes() {
+	for _, t := range a.traits.TicketTypes {
 		names = append(names, string(t))
 	}
 	return strings.Join(names, " or ")
@@ -465,6 +465,6 @@ func jitter(d time.Duration) time.Duration {
 
 type nopObserver struct{}
 
-func (nopObserver) TokenMinted(string)             {}
-func (nopObserver) TokenUpstreamError(string, int) {}
-func (nopObserver) TokenTransportError(string)     {}
+func (nopObserver) TokenMinted(string)                {}
+func (nopObserver) TokenUpstreamError(string, string) {}
+func (nopObserver) TokenTransportError(string)        {}

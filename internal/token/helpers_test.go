@@ -221,11 +221,11 @@ type observer struct {
 	mints  map[string]int                 // by app
 	causes map[string]map[token.Cause]int // by app
 	errors map[string]int                 // by app
-	codes  map[int]int                    // by errcode, 0 = transport
+	codes  map[string]int                 // by error code, "" = transport
 }
 
 func newObserver() *observer {
-	return &observer{mints: map[string]int{}, causes: map[string]map[token.Cause]int{}, errors: map[string]int{}, codes: map[int]int{}}
+	return &observer{mints: map[string]int{}, causes: map[string]map[token.Cause]int{}, errors: map[string]int{}, codes: map[string]int{}}
 }
 
 func (o *observer) TokenMinted(app string) {
@@ -243,14 +243,14 @@ func (o *observer) TokenMintedBecause(app string, c token.Cause) {
 	o.causes[app][c]++
 }
 
-func (o *observer) TokenUpstreamError(app string, errcode int) {
+func (o *observer) TokenUpstreamError(app, code string) {
 	o.mu.Lock()
 	defer o.mu.Unlock()
 	o.errors[app]++
-	o.codes[errcode]++
+	o.codes[code]++
 }
 
-func (o *observer) TokenTransportError(app string) { o.TokenUpstreamError(app, 0) }
+func (o *observer) TokenTransportError(app string) { o.TokenUpstreamError(app, "") }
 
 func (o *observer) minted(app string, c token.Cause) int {
 	o.mu.Lock()

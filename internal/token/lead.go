@@ -9,7 +9,7 @@ import (
 	"time"
 
 	"github.com/lockd/lockd/internal/redislock"
-	"github.com/lockd/lockd/internal/wechat"
+	"github.com/lockd/lockd/internal/upstream"
 )
 
 // lead works while holding the value's lock: it reads the cache again (a
@@ -84,7 +84,7 @@ func (v *value) leadDemand(ctx context.Context, st state, w want) (Token, error)
 // minted is what the upstream handed out, and when the request went and
 // the reply came.
 type minted struct {
-	tok        wechat.Token
+	tok        upstream.Token
 	sent, recv time.Time
 }
 
@@ -122,7 +122,7 @@ func (v *value) fetchTicket(ctx context.Context, w want) (minted, error) {
 				"expires_in", tok.ExpiresIn.String(), "took", recv.Sub(sent).Round(time.Millisecond).String())
 			return minted{tok: tok, sent: sent, recv: recv}, nil
 		}
-		if !errors.Is(err, wechat.ErrTokenRejected) || attempt > 0 {
+		if !errors.Is(err, upstream.ErrTokenRejected) || attempt > 0 {
 			v.upstreamFailed(ctx, w, "ticket", err)
 			return minted{}, err
 		}
@@ -137,22 +137,22 @@ func (v *value) fetchTicket(ctx context.Context, w want) (minted, error) {
 
 // upstreamFailed reports a failed upstream call to the observer and the log.
 func (v *value) upstreamFailed(ctx context.Context, w want, what string, err error, attrs ...slog.Attr) {
-	var we *wechat.Error
+	var we *upstream.Error
 	if !errors.As(err, &we) {
 		return // the caller's or the broker's context ended
 	}
 	obs := v.b.opts.Observer
-	if we.Errcode != 0 {
-		obs.TokenUpstreamError(v.a.name, we.Errcode)
+	if code := we.CodeText(); code != "" {
+		obs.TokenUpstreamError(v.a.name, code)
 	} else {
 		obs.TokenTransportError(v.a.name)
 	}
 	level := slog.LevelWarn
-	if we.Class == wechat.ClassCredentials {
+	if we.Class == upstream.ClassCredentials {
 		level = slog.LevelError
 	}
 	args := []any{"app", v.name, "cause", w.cause.String(), "client", w.caller.String(),
-		"class", we.Class.String(), "errcode", we.Errcode, "err", err}
+		"class", we.Class.String(), "errcode", we.CodeText(), "err", err}
 	for _, a := range attrs {
 		args = append(args, a)
 	}
@@ -163,7 +163,7 @@ func (v *value) upstreamFailed(ctx context.Context, w want, what string, err err
 // and decides the answer: the last good value while callers can still use
 // it (unless it is the one reported invalid), else the failure.
 func (v *value) mintFailed(ctx context.Context, st state, w want, err error) (Token, error) {
-	var we *wechat.Error
+	var we *upstream.Error
 	if !errors.As(err, &we) {
 		return Token{}, err // the broker is closing, or Redis failed
 	}
@@ -185,13 +185,13 @@ func (v *value) mintFailed(ctx context.Context, st state, w want, err error) (To
 // doubling each time up to MaxHold, with up to a fifth more of jitter; a
 // spent daily quota holds until WeChat's day turns, trying again every
 // QuotaProbe meanwhile.
-func (v *value) hold(we *wechat.Error, attempts int, now time.Time) time.Duration {
+func (v *value) hold(we *upstream.Error, attempts int, now time.Time) time.Duration {
 	o := v.b.opts
 	first := o.UnavailableHold
 	switch we.Class {
-	case wechat.ClassCredentials:
+	case upstream.ClassCredentials:
 		first = o.CredentialsHold
-	case wechat.ClassQuota:
+	case upstream.ClassQuota:
 		first = o.QuotaHold
 		if we.Errcode == 45009 {
 			return min(untilNextDay(now), o.QuotaProbe) + jitter(time.Minute)
@@ -259,7 +259,7 @@ func freshWindowMS(v *value) int64 {
 	if v.ticket != "" {
 		return 0 // tickets are handed out again until they expire
 	}
-	if w := v.a.client.FreshWindow(); w >= 0 {
+	if w := v.a.traits.FreshWindow; w >= 0 {
 		return w.Milliseconds()
 	}
 	return -1

@@ -5,7 +5,7 @@ import (
 	"net/http"
 	"time"
 
-	"github.com/lockd/lockd/internal/wechat"
+	"github.com/lockd/lockd/internal/upstream"
 )
 
 // Caller is who asks: the authenticated client, which reports are limited
@@ -39,11 +39,25 @@ type Observer interface {
 	// handed out and the broker stored.
 	TokenMinted(app string)
 	// TokenUpstreamError is called when the upstream answered a call
-	// (token, ticket or probe) with a non-zero errcode it should not have.
-	TokenUpstreamError(app string, errcode int)
-	// TokenTransportError is called when an upstream call got no errcode:
-	// connection failures, timeouts, HTTP errors, unusable bodies.
+	// (token, ticket or probe) with an error code (see
+	// upstream.Error.CodeText).
+	TokenUpstreamError(app, code string)
+	// TokenTransportError is called when an upstream call got no error
+	// code: connection failures, timeouts, HTTP errors, unusable bodies.
 	TokenTransportError(app string)
+}
+
+// FetchObserver may be implemented by an Observer that also wants every
+// call of the upstream's token and ticket endpoints counted.
+type FetchObserver interface {
+	// TokenFetched is called for each call for app's value
+	// ("access_token" or a ticket type) with its outcome: "new", "same",
+	// "renewed", "error", or "paced" for a call the fleet's pace or hourly
+	// bound held back.
+	TokenFetched(app, value, outcome string)
+	// TokenPossiblyMinted is called for a token call that got no answer
+	// after its request was sent: the upstream may have minted.
+	TokenPossiblyMinted(app string)
 }
 
 // CauseObserver may be implemented by an Observer that also wants to know
@@ -72,7 +86,7 @@ type App struct {
 	// characters without braces (lockd's config allows fewer).
 	Name string
 	// Upstream is how to mint the app's tokens.
-	Upstream wechat.Config
+	Upstream upstream.Config
 }
 
 // Options tune a Broker. The zero value is ready to use; zero fields take
@@ -170,7 +184,7 @@ func (o Options) withDefaults() Options {
 	if o.Prefix == "" {
 		o.Prefix = "lockd"
 	}
-	def(&o.MintTimeout, wechat.DefaultTimeout)
+	def(&o.MintTimeout, upstream.DefaultTimeout)
 	def(&o.MintLockTTL, 3*time.Second)
 	def(&o.MinMargin, 500*time.Millisecond)
 	def(&o.ExpirySlack, time.Second)

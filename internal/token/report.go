@@ -9,7 +9,7 @@ import (
 
 	"github.com/redis/go-redis/v9"
 
-	"github.com/lockd/lockd/internal/wechat"
+	"github.com/lockd/lockd/internal/upstream"
 )
 
 // The kinds of a limited verdict, as stored.
@@ -76,7 +76,7 @@ func (v *value) decided(st state, w want) (Token, error, bool) {
 		}
 		var cause error = errors.New(vd.why)
 		if vd.errcode != 0 {
-			cause = &wechat.Error{Class: wechat.ClassQuota, Errcode: vd.errcode, Errmsg: vd.why, Endpoint: v.a.client.Endpoint()}
+			cause = &upstream.Error{Provider: v.a.client.Provider(), Class: upstream.ClassQuota, Errcode: vd.errcode, Errmsg: vd.why, Endpoint: v.a.client.Endpoint()}
 		}
 		return Token{}, &Error{App: v.name, Err: fmt.Errorf("%w: %w", sentinel, cause), RetryAfter: vd.until.Sub(now), Recorded: true}, true
 	}
@@ -137,7 +137,7 @@ func (v *value) leadReport(ctx context.Context, st state, w want) (Token, error)
 		return Token{}, errWait
 	}
 	client := v.a.client
-	if client.ForceRefreshes() {
+	if v.a.traits.ForceRefresh {
 		// The stable API: another system sharing the appid may have
 		// replaced the token, and normal mode hands out its successor.
 		got, err := v.fetch(ctx, w, false)
@@ -171,7 +171,7 @@ func (v *value) leadReport(ctx context.Context, st state, w want) (Token, error)
 	if err := v.takeAppBudget(ctx, w); err != nil {
 		return Token{}, err
 	}
-	force := client.ForceRefreshes()
+	force := v.a.traits.ForceRefresh
 	if force {
 		if lim, err := v.allowForce(ctx, w, st.nowish()); lim != nil || err != nil {
 			if lim != nil {
@@ -182,8 +182,8 @@ func (v *value) leadReport(ctx context.Context, st state, w want) (Token, error)
 	}
 	got, err := v.fetch(ctx, w, force)
 	if err != nil {
-		var we *wechat.Error
-		if force && errors.As(err, &we) && we.Class == wechat.ClassQuota {
+		var we *upstream.Error
+		if force && errors.As(err, &we) && we.Class == upstream.ClassQuota {
 			// WeChat refused the force_refresh itself.
 			retry := v.hold(we, 1, st.nowish())
 			v.setVerdict(ctx, w.invalid, verdict{kind: verdictLimited + ":" + limitedForce, until: v.b.opts.Now().Add(retry), why: we.Errmsg, errcode: we.Errcode})

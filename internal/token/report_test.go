@@ -204,7 +204,7 @@ func TestAReportThatCannotBeCheckedMintsWithinTheLimits(t *testing.T) {
 	if err != nil || t2.AccessToken == t1.AccessToken {
 		t.Fatalf("Refresh = %v, %v; want a new token", t2, err)
 	}
-	if f.obs.codes[48001] != 1 {
+	if f.obs.codes["48001"] != 1 {
 		t.Fatalf("the check's errcode was not counted: %v", f.obs.codes)
 	}
 }

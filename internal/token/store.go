@@ -14,7 +14,7 @@ import (
 
 	"github.com/redis/go-redis/v9"
 
-	"github.com/lockd/lockd/internal/wechat"
+	"github.com/lockd/lockd/internal/upstream"
 )
 
 var (
@@ -69,10 +69,10 @@ func untilNextDay(t time.Time) time.Duration {
 // and below, so that configurations sharing a Redis never hand one
 // account's token to another, and a deployment that knows an appid but not
 // its secret never reads the token cached by the one that does.
-func Identity(cfg wechat.Config) string {
+func Identity(cfg upstream.Config) string {
 	api := cfg.TokenAPI
-	if cfg.Provider == wechat.ProviderWeChat && api == "" {
-		api = wechat.TokenAPIClassic
+	if cfg.Provider == upstream.WeChat && api == "" {
+		api = upstream.TokenAPIClassic
 	}
 	id := cfg.Provider + ":"
 	if api != "" {
@@ -85,9 +85,9 @@ func Identity(cfg wechat.Config) string {
 // share one: the identity without the secret's fingerprint (one appid has
 // one secret at a time), except for WeCom, where each app of a corp has a
 // secret and a token of its own.
-func account(cfg wechat.Config) string {
+func account(cfg upstream.Config) string {
 	id := Identity(cfg)
-	if cfg.Provider == wechat.ProviderWeCom {
+	if cfg.Provider == upstream.WeCom {
 		return id
 	}
 	return id[:strings.LastIndexByte(id, ':')]
@@ -97,7 +97,7 @@ func account(cfg wechat.Config) string {
 // and appid, truncated to 48 bits: enough to keep two secrets of one appid
 // apart, too little to say anything about a secret of real length, and
 // never the secret itself.
-func secretFingerprint(cfg wechat.Config) string {
+func secretFingerprint(cfg upstream.Config) string {
 	m := hmac.New(sha256.New, []byte("lockd token cache\x00"+cfg.Provider+"\x00"+cfg.AppID))
 	m.Write([]byte(cfg.Secret))
 	return hex.EncodeToString(m.Sum(nil))[:12]
@@ -105,7 +105,7 @@ func secretFingerprint(cfg wechat.Config) string {
 
 // fingerprint is a one-way digest of cfg's credentials for use, together
 // with purpose, in Redis keys: never the secret itself.
-func fingerprint(purpose string, cfg wechat.Config) string {
+func fingerprint(purpose string, cfg upstream.Config) string {
 	h := sha256.New()
 	for _, part := range []string{"lockd", purpose, cfg.Provider, cfg.TokenAPI, cfg.AppID, cfg.Secret} {
 		h.Write([]byte(part))
@@ -154,7 +154,7 @@ type valueKeys struct {
 	verdict string
 }
 
-func newValueKeys(app appKeys, ticket wechat.TicketType, fp string) valueKeys {
+func newValueKeys(app appKeys, ticket upstream.TicketType, fp string) valueKeys {
 	v := app.base
 	if ticket != "" {
 		v += ":ticket:" + string(ticket)
@@ -193,7 +193,7 @@ type state struct {
 	written    time.Time
 	gen        int64
 	failure    *Error        // the recorded failure while its hold lasts
-	lastFail   *wechat.Error // the recorded failure, held or not
+	lastFail   *upstream.Error // the recorded failure, held or not
 	failUntil  time.Time     // when its hold ends
 	attempts   int           // failed mints in a row
 	demand     bool
@@ -263,11 +263,13 @@ func readState(reply []any, name string, at time.Time) (state, error) {
 	return st, nil
 }
 
-// failureRecord is a failed mint as stored in Redis: what a *wechat.Error
+// failureRecord is a failed mint as stored in Redis: what a *upstream.Error
 // holds, which never includes the secret.
 type failureRecord struct {
+	Provider   string `json:"provider,omitempty"`
 	Class      string `json:"class"`
 	Errcode    int    `json:"errcode,omitempty"`
+	Code       string `json:"code,omitempty"`
 	Errmsg     string `json:"errmsg,omitempty"`
 	HTTPStatus int    `json:"http_status,omitempty"`
 	Endpoint   string `json:"endpoint"`
@@ -275,8 +277,9 @@ type failureRecord struct {
 	Transport  bool   `json:"transport,omitempty"`
 }
 
-func encodeFailure(e *wechat.Error) string {
-	r := failureRecord{Class: e.Class.String(), Errcode: e.Errcode, Errmsg: e.Errmsg, HTTPStatus: e.HTTPStatus, Endpoint: e.Endpoint, Transport: e.Transport}
+func encodeFailure(e *upstream.Error) string {
+	r := failureRecord{Provider: e.Provider, Class: e.Class.String(), Errcode: e.Errcode, Code: e.Code, Errmsg: e.Errmsg,
+		HTTPStatus: e.HTTPStatus, Endpoint: e.Endpoint, Transport: e.Transport}
 	if e.Err != nil {
 		r.Detail = e.Err.Error()
 	}
@@ -284,19 +287,20 @@ func encodeFailure(e *wechat.Error) string {
 	return string(b)
 }
 
-func decodeFailure(s string) *wechat.Error {
+func decodeFailure(s string) *upstream.Error {
 	var r failureRecord
 	if err := json.Unmarshal([]byte(s), &r); err != nil {
-		return &wechat.Error{Class: wechat.ClassUnavailable, Err: errors.New("unreadable failure record")}
+		return &upstream.Error{Class: upstream.ClassUnavailable, Err: errors.New("unreadable failure record")}
 	}
-	e := &wechat.Error{Errcode: r.Errcode, Errmsg: r.Errmsg, HTTPStatus: r.HTTPStatus, Endpoint: r.Endpoint, Transport: r.Transport}
+	e := &upstream.Error{Provider: r.Provider, Errcode: r.Errcode, Code: r.Code, Errmsg: r.Errmsg, HTTPStatus: r.HTTPStatus,
+		Endpoint: r.Endpoint, Transport: r.Transport}
 	switch r.Class {
-	case wechat.ClassCredentials.String():
-		e.Class = wechat.ClassCredentials
-	case wechat.ClassQuota.String():
-		e.Class = wechat.ClassQuota
+	case upstream.ClassCredentials.String():
+		e.Class = upstream.ClassCredentials
+	case upstream.ClassQuota.String():
+		e.Class = upstream.ClassQuota
 	default:
-		e.Class = wechat.ClassUnavailable
+		e.Class = upstream.ClassUnavailable
 	}
 	if r.Detail != "" {
 		e.Err = errors.New(r.Detail)

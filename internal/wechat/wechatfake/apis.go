@@ -22,6 +22,7 @@ func (s *Server) validate(w http.ResponseWriter, r *http.Request) {
 	}
 	tok := r.URL.Query().Get("access_token")
 	s.mu.Lock()
+	s.seen[r.URL.Path] = append(s.seen[r.URL.Path], tok)
 	code := s.check(tok)
 	s.mu.Unlock()
 	if code != 0 {

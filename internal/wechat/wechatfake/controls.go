@@ -113,6 +113,11 @@ func (s *Server) RevokeTokens(id string) {
 			clear(a.current)
 		}
 	}
+	for _, a := range s.others {
+		if a.id == id {
+			clear(a.current)
+		}
+	}
 }
 
 func (t *token) end(now time.Time) {

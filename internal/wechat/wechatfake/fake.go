@@ -1,10 +1,11 @@
-// Package wechatfake is a fake of the WeChat and WeCom token endpoints for
-// tests and local trials. It mints tokens the way the real services do,
-// with their windows and limits on an injectable clock, checks tokens on
-// validation endpoints, serves JS-SDK tickets, counts every call per
-// endpoint, and fails on demand.
+// Package wechatfake is a fake of the token endpoints lockd mints from:
+// WeChat and WeCom, Feishu/Lark, DingTalk and an OAuth2 client-credentials
+// server, for tests and local trials. It mints tokens the way the real
+// services do, with their windows and limits on an injectable clock, checks
+// tokens on validation endpoints, serves JS-SDK tickets, counts every call
+// per endpoint, and fails on demand.
 //
-// Endpoints:
+// WeChat and WeCom endpoints:
 //
 //	GET  /cgi-bin/token?grant_type=client_credential&appid=&secret=   WeChat classic
 //	POST /cgi-bin/stable_token {grant_type, appid, secret, force_refresh}  WeChat stable
@@ -26,6 +27,23 @@
 // token that reached its expires_in, and 40001 (WeCom: 40014) for a token the
 // fake never issued, ended early (superseded, forced, revoked) or was told
 // to Reject.
+//
+// The other providers' endpoints (see providers.go):
+//
+//	POST /open-apis/auth/v3/tenant_access_token/internal {app_id, app_secret}   Feishu/Lark
+//	POST /open-apis/auth/v3/app_access_token/internal    {app_id, app_secret}   Feishu/Lark
+//	GET  /open-apis/contact/v3/scopes (Authorization: Bearer)                   Feishu validation
+//	POST /v1.0/oauth2/accessToken {appKey, appSecret}                           DingTalk
+//	GET  /gettoken?appkey=&appsecret=                                           DingTalk (legacy)
+//	GET  /v1.0/contact/users/me (x-acs-dingtalk-access-token)                   DingTalk validation
+//	POST /oauth2/token grant_type=client_credentials (Basic or body)            OAuth2 (RFC 6749 §4.4)
+//	GET  /oauth2/resource (Authorization: Bearer)                               OAuth2 validation
+//
+// Feishu hands out the current token again while it has FeishuFreshWindow
+// or more left, then a new one (the old one lives out its lifetime);
+// DingTalk hands out the current token again with its life renewed, and a
+// new one once it expired; the OAuth2 server mints a new token on every
+// call unless OAuth2Reuse says otherwise.
 package wechatfake
 
 import (
@@ -47,6 +65,29 @@ type Options struct {
 	Apps map[string]string
 	// Corps maps WeCom corpids to their corpsecrets.
 	Corps map[string]string
+	// Feishu maps Feishu app_ids to their app_secrets.
+	Feishu map[string]string
+	// DingTalk maps DingTalk appKeys to their appSecrets.
+	DingTalk map[string]string
+	// OAuth2 maps OAuth2 client_ids to their client_secrets.
+	OAuth2 map[string]string
+	// OAuth2Scopes, when set, are the scopes a client may ask for; others
+	// are invalid_scope.
+	OAuth2Scopes []string
+	// OAuth2Audience, when set, is the audience every request must name.
+	OAuth2Audience string
+	// OAuth2Reuse, when positive, makes the OAuth2 server hand out the
+	// current token again while it has more than that left (some servers
+	// do); by default every call mints a new token.
+	OAuth2Reuse time.Duration
+	// FeishuFreshWindow is the life left below which Feishu hands out a new
+	// token rather than the current one (default 30 min).
+	FeishuFreshWindow time.Duration
+	// Renew makes every endpoint that hands out the current token again
+	// (stable in normal mode, WeCom, Feishu) renew its life to ExpiresIn and
+	// announce that, as DingTalk does: an upstream lockd did not write,
+	// such as a proxy in front of the real one.
+	Renew bool
 	// NotWhitelisted lists appids and corpids whose correct calls are
 	// refused as coming from an IP outside the whitelist: 40164 (WeCom 60020).
 	NotWhitelisted []string
@@ -100,6 +141,7 @@ func (o Options) withDefaults() Options {
 	o.ExpiresIn = max(o.ExpiresIn.Truncate(time.Second), time.Second)
 	dur(&o.ClassicGrace, 5*time.Minute)
 	dur(&o.StableLastWindow, 5*time.Minute)
+	dur(&o.FeishuFreshWindow, 30*time.Minute)
 	dur(&o.ForceRefreshInterval, 30*time.Second)
 	count(&o.ForceRefreshPerDay, 20)
 	count(&o.DailyQuota, 2000)
@@ -142,6 +184,8 @@ type Server struct {
 	mu         sync.Mutex
 	apps       map[string]*account // WeChat, by appid
 	corps      map[string]*account // WeCom, by corpid
+	others     map[string]*account // Feishu, DingTalk and OAuth2, by kind:id
+	seen       map[string][]string // access tokens the validation endpoints received, by path
 	tokens     map[string]*token
 	tickets    map[string]*token
 	faults     []fault            // for the token endpoints
@@ -171,14 +215,19 @@ type account struct {
 type api string
 
 const (
-	apiClassic api = "classic"
-	apiStable  api = "stable"
-	apiWeCom   api = "wecom"
+	apiClassic      api = "classic"
+	apiStable       api = "stable"
+	apiWeCom        api = "wecom"
+	apiFeishuTenant api = "feishu-tenant"
+	apiFeishuApp    api = "feishu-app"
+	apiDingTalk     api = "dingtalk"
+	apiOAuth2       api = "oauth2"
 )
 
 type token struct {
 	value   string
 	owner   string // appid or corpid
+	kind    api
 	wecom   bool
 	expires time.Time
 	early   bool // ended before its lifetime: superseded, forced or revoked
@@ -203,6 +252,8 @@ func NewHandler(opts Options) *Server {
 		opts:       opts.withDefaults(),
 		apps:       map[string]*account{},
 		corps:      map[string]*account{},
+		others:     map[string]*account{},
+		seen:       map[string][]string{},
 		tokens:     map[string]*token{},
 		tickets:    map[string]*token{},
 		pathFaults: map[string][]fault{},
@@ -218,6 +269,11 @@ func NewHandler(opts Options) *Server {
 	for id, secret := range opts.Corps {
 		s.AddCorp(id, secret)
 	}
+	for kind, m := range map[api]map[string]string{apiFeishuTenant: opts.Feishu, apiDingTalk: opts.DingTalk, apiOAuth2: opts.OAuth2} {
+		for id, secret := range m {
+			s.addOther(kind, id, secret)
+		}
+	}
 	for _, id := range opts.NotWhitelisted {
 		s.SetWhitelisted(id, false)
 	}
@@ -229,6 +285,14 @@ func NewHandler(opts Options) *Server {
 	s.mux.HandleFunc("/cgi-bin/ticket/getticket", s.wechatTicket)
 	s.mux.HandleFunc("/cgi-bin/get_jsapi_ticket", s.wecomJSAPITicket)
 	s.mux.HandleFunc("/cgi-bin/ticket/get", s.wecomTicket)
+	s.mux.HandleFunc("/open-apis/auth/v3/tenant_access_token/internal", s.feishuToken(apiFeishuTenant))
+	s.mux.HandleFunc("/open-apis/auth/v3/app_access_token/internal", s.feishuToken(apiFeishuApp))
+	s.mux.HandleFunc("/open-apis/contact/v3/scopes", s.feishuScopes)
+	s.mux.HandleFunc("/v1.0/oauth2/accessToken", s.dingtalkToken)
+	s.mux.HandleFunc("/gettoken", s.dingtalkLegacyToken)
+	s.mux.HandleFunc("/v1.0/contact/users/me", s.dingtalkMe)
+	s.mux.HandleFunc("/oauth2/token", s.oauth2Token)
+	s.mux.HandleFunc("/oauth2/resource", s.oauth2Resource)
 	return s
 }
 
@@ -485,6 +549,9 @@ func (s *Server) mint(a *account, which api, force bool) (map[string]any, int) {
 		reuse = reuse && cur.expires.Sub(now) > s.opts.StableLastWindow
 	}
 	if reuse {
+		if s.opts.Renew {
+			cur.expires = now.Add(s.opts.ExpiresIn)
+		}
 		return map[string]any{"access_token": cur.value, "expires_in": s.opts.Rounding.seconds(cur.expires.Sub(now))}, 0
 	}
 	if cur != nil {
@@ -507,6 +574,7 @@ func (s *Server) newToken(a *account, which api, now time.Time) *token {
 	t := &token{
 		value:   fmt.Sprintf("fake.%s.%d.%s", which, s.seq, hex.EncodeToString(b[:])),
 		owner:   a.id,
+		kind:    which,
 		wecom:   a.wecom,
 		expires: now.Add(s.opts.ExpiresIn),
 	}
