@@ -117,6 +117,11 @@ var (
 	// calling client reported Caller.RefreshesPerHour current tokens
 	// within the hour.
 	ErrClientLimited = errors.New("token: the client's refresh limit is reached")
+	// ErrFetchLimited is wrapped by the *Error a call gets when the value
+	// needs the upstream and the fleet called it Options.FetchesPerHour
+	// times within the hour: whatever the upstream answers, it is not
+	// called in a loop.
+	ErrFetchLimited = errors.New("token: the upstream was called as often as allowed this hour")
 	// ErrTicketType is returned by Ticket for a ticket type the app's
 	// provider does not serve.
 	ErrTicketType = errors.New("token: ticket type not served for this app")
@@ -134,6 +139,9 @@ var (
 // rejecting tokens, one client causes at most this many mints an hour.
 const DefaultRefreshesPerHour = 6
 
+// DefaultFetchesPerHour is Options.FetchesPerHour's default.
+const DefaultFetchesPerHour = 120
+
 // Token is an access_token (or ticket) as the broker hands it out.
 type Token struct {
 	// AccessToken is the token to send to the upstream's APIs (for
@@ -142,6 +150,8 @@ type Token struct {
 	// ExpireTime is the earliest the upstream may stop accepting it, by
 	// Redis's clock.
 	ExpireTime time.Time
+
+	ver int64 // the version the fleet stored it under; 0 when unknown
 }
 
 // String shows the token's length and expiry, not the token.

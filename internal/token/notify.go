@@ -2,6 +2,8 @@ package token
 
 import (
 	"context"
+	"strconv"
+	"strings"
 	"sync"
 
 	"github.com/redis/go-redis/v9"
@@ -107,8 +109,13 @@ func (n *notifier) run(rdb redis.UniversalClient, sharded bool, channels []strin
 			if a == nil {
 				continue
 			}
+			// "<value>" or "<value>@<version>" for a value stored.
+			payload, version, _ := strings.Cut(m.Payload, "@")
 			for _, v := range a.values() {
-				if v.payload == m.Payload {
+				if v.payload == payload {
+					if ver, err := strconv.ParseInt(version, 10, 64); err == nil {
+						v.heard(ver)
+					}
 					v.sig.fire()
 				}
 			}

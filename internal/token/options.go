@@ -159,6 +159,16 @@ type Options struct {
 	AppRefreshesPerHour int
 	// RefreshWindow is the window of the refresh limits; default an hour.
 	RefreshWindow time.Duration
+	// FetchInterval is the least time between two calls of the upstream's
+	// token (or ticket) endpoint for one value, fleet-wide, whatever the
+	// upstream answered before; default 1s, negative none.
+	FetchInterval time.Duration
+	// FetchesPerHour bounds the calls of the upstream's token (or ticket)
+	// endpoint for one value per hour, fleet-wide, counted from the first;
+	// beyond it calls that need the upstream get ErrFetchLimited. Default
+	// 120 (an app needs about one an hour, and reports at most
+	// AppRefreshesPerHour more), negative no bound.
+	FetchesPerHour int
 	// ForceRefreshPerDay bounds stable force_refresh calls per app per day
 	// (WeChat allows 20); default 20, negative means no bound.
 	ForceRefreshPerDay int
@@ -200,6 +210,16 @@ func (o Options) withDefaults() Options {
 	def(&o.VerifyInterval, 30*time.Second)
 	def(&o.RefreshWindow, time.Hour)
 	def(&o.ForceRefreshInterval, 30*time.Second)
+	def(&o.FetchInterval, time.Second)
+	if o.FetchInterval < 0 {
+		o.FetchInterval = 0
+	}
+	switch {
+	case o.FetchesPerHour == 0:
+		o.FetchesPerHour = DefaultFetchesPerHour
+	case o.FetchesPerHour < 0:
+		o.FetchesPerHour = 0
+	}
 	if o.ExpirySlack < 0 {
 		o.ExpirySlack = 0
 	}

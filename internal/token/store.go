@@ -28,12 +28,18 @@ var (
 	forceLua string
 	//go:embed take.lua
 	takeLua string
+	//go:embed restore.lua
+	restoreLua string
+	//go:embed pace.lua
+	paceLua string
 
-	readScript  = redis.NewScript(readLua)
-	writeScript = redis.NewScript(writeLua)
-	failScript  = redis.NewScript(failLua)
-	forceScript = redis.NewScript(forceLua)
-	takeScript  = redis.NewScript(takeLua)
+	readScript    = redis.NewScript(readLua)
+	writeScript   = redis.NewScript(writeLua)
+	failScript    = redis.NewScript(failLua)
+	forceScript   = redis.NewScript(forceLua)
+	takeScript    = redis.NewScript(takeLua)
+	restoreScript = redis.NewScript(restoreLua)
+	paceScript    = redis.NewScript(paceLua)
 )
 
 // counterTTL is how long the per-day mint and force_refresh counters are
@@ -152,6 +158,8 @@ type valueKeys struct {
 	failure string // scoped to the credentials' fingerprint
 	demand  string
 	verdict string
+	gate    string // present while the last upstream call is under the pace old
+	calls   string // upstream calls in the hour
 }
 
 func newValueKeys(app appKeys, ticket upstream.TicketType, fp string) valueKeys {
@@ -159,7 +167,8 @@ func newValueKeys(app appKeys, ticket upstream.TicketType, fp string) valueKeys 
 	if ticket != "" {
 		v += ":ticket:" + string(ticket)
 	}
-	return valueKeys{value: v, failure: v + ":failure:" + fp, demand: v + ":demand", verdict: v + ":verdict"}
+	return valueKeys{value: v, failure: v + ":failure:" + fp, demand: v + ":demand", verdict: v + ":verdict",
+		gate: v + ":fetch-gate", calls: v + ":fetches"}
 }
 
 func (k valueKeys) mints(day string) string { return k.value + ":mints:" + day }
@@ -192,13 +201,17 @@ type state struct {
 	lifetime   time.Duration
 	written    time.Time
 	gen        int64
-	failure    *Error        // the recorded failure while its hold lasts
+	ver        int64           // the value's version: higher is newer, across Redis's data going back
+	failure    *Error          // the recorded failure while its hold lasts
 	lastFail   *upstream.Error // the recorded failure, held or not
-	failUntil  time.Time     // when its hold ends
-	attempts   int           // failed mints in a row
+	failUntil  time.Time       // when its hold ends
+	attempts   int             // failed mints in a row
 	demand     bool
 	mintsToday int64
 	verdict    verdict
+	// reporterKnown is true when the last check of the verdict's token
+	// answered a report of the reporter passed to the read.
+	reporterKnown bool
 }
 
 // elapsed is the time since the read was sent.
@@ -224,10 +237,10 @@ func (s state) fresherIn() time.Duration {
 	return max(s.renew.Sub(s.nowish()), 0)
 }
 
-func (s state) result() Token { return Token{AccessToken: s.token, ExpireTime: s.expire} }
+func (s state) result() Token { return Token{AccessToken: s.token, ExpireTime: s.expire, ver: s.ver} }
 
 func readState(reply []any, name string, at time.Time) (state, error) {
-	if len(reply) != 20 {
+	if len(reply) != 22 {
 		return state{}, fmt.Errorf("token: unexpected read reply of %d elements", len(reply))
 	}
 	str := func(i int) string { s, _ := reply[i].(string); return s }
@@ -253,6 +266,8 @@ func readState(reply []any, name string, at time.Time) (state, error) {
 		mintsToday: num(12),
 		verdict: verdict{hash: str(13), kind: str(14), at: ms(15), until: ms(16),
 			why: str(17), errcode: int(num(18)), count: int(num(19))},
+		ver:           num(20),
+		reporterKnown: num(21) == 1,
 	}
 	if rec := str(8); rec != "" {
 		st.lastFail, st.failUntil = decodeFailure(rec), ms(9)
@@ -310,13 +325,17 @@ func decodeFailure(s string) *upstream.Error {
 
 // writeResult is what write.lua did.
 type writeResult struct {
-	stored bool // our value is cached now
-	same   bool // the upstream handed out the value already cached
-	expire time.Time
-	renew  time.Time
-	gen    int64
-	now    time.Time // Redis's clock
-	newer  *Token    // set when another minter's value is cached instead
+	stored   bool // our value is cached now
+	same     bool // the upstream handed out the value already cached
+	renewed  bool // and renewed its life
+	expire   time.Time
+	hi       time.Time
+	renew    time.Time
+	lifetime time.Duration
+	gen      int64
+	ver      int64
+	now      time.Time // Redis's clock
+	newer    *Token    // set when another minter's value is cached instead
 }
 
 func parseWrite(reply []any) (writeResult, error) {
@@ -325,15 +344,16 @@ func parseWrite(reply []any) (writeResult, error) {
 	}
 	num := func(i int) int64 { n, _ := reply[i].(int64); return n }
 	switch status := num(0); {
-	case status == 1 && len(reply) == 6:
-		r := writeResult{stored: true, same: num(4) == 1, expire: time.UnixMilli(num(1)), gen: num(2), now: time.UnixMilli(num(5))}
+	case status == 1 && len(reply) == 10:
+		r := writeResult{stored: true, same: num(4) == 1, renewed: num(7) == 1, expire: time.UnixMilli(num(1)), gen: num(2),
+			now: time.UnixMilli(num(5)), ver: num(6), hi: time.UnixMilli(num(8)), lifetime: time.Duration(num(9)) * time.Millisecond}
 		if n := num(3); n > 0 {
 			r.renew = time.UnixMilli(n)
 		}
 		return r, nil
-	case status == 0 && len(reply) == 3:
+	case status == 0 && len(reply) == 4:
 		tok, _ := reply[1].(string)
-		return writeResult{newer: &Token{AccessToken: tok, ExpireTime: time.UnixMilli(num(2))}}, nil
+		return writeResult{newer: &Token{AccessToken: tok, ExpireTime: time.UnixMilli(num(2)), ver: num(3)}}, nil
 	}
 	return writeResult{}, fmt.Errorf("token: unexpected write reply %v", reply)
 }

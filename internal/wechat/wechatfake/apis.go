@@ -153,7 +153,7 @@ func (s *Server) ticket(w http.ResponseWriter, r *http.Request, wecom bool, kind
 	now := s.opts.Now()
 	cur := a.tickets[kind]
 	var answer map[string]any
-	if cur != nil && now.Before(cur.expires) {
+	if cur != nil && now.Before(cur.expires) && cur.expires.Sub(now) > s.opts.TicketFreshWindow {
 		answer = map[string]any{"ticket": cur.value, "expires_in": s.opts.Rounding.seconds(cur.expires.Sub(now))}
 	} else {
 		s.seq++

@@ -83,6 +83,10 @@ type Options struct {
 	// FeishuFreshWindow is the life left below which Feishu hands out a new
 	// token rather than the current one (default 30 min).
 	FeishuFreshWindow time.Duration
+	// TicketFreshWindow is the life left below which the ticket endpoints
+	// hand out a new ticket rather than the current one (the old one lives
+	// out its lifetime); default 0: the same ticket until it expired.
+	TicketFreshWindow time.Duration
 	// Renew makes every endpoint that hands out the current token again
 	// (stable in normal mode, WeCom, Feishu) renew its life to ExpiresIn and
 	// announce that, as DingTalk does: an upstream lockd did not write,
@@ -191,6 +195,7 @@ type Server struct {
 	faults     []fault            // for the token endpoints
 	pathFaults map[string][]fault // for one path
 	latency    time.Duration
+	replyDelay time.Duration
 	mints      map[string]int
 	issued     map[string]int
 	forces     map[string]int
@@ -312,7 +317,28 @@ func (s *Server) Close() {
 }
 
 // ServeHTTP serves the endpoints.
-func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) { s.mux.ServeHTTP(w, r) }
+func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
+	s.mu.Lock()
+	delay := s.replyDelay
+	s.mu.Unlock()
+	if delay <= 0 {
+		s.mux.ServeHTTP(w, r)
+		return
+	}
+	// The request is served (a token minted) at once; the answer waits.
+	rec := httptest.NewRecorder()
+	s.mux.ServeHTTP(rec, r)
+	select {
+	case <-time.After(delay):
+	case <-r.Context().Done():
+		return
+	}
+	for k, v := range rec.Header() {
+		w.Header()[k] = v
+	}
+	w.WriteHeader(rec.Code)
+	_, _ = w.Write(rec.Body.Bytes())
+}
 
 // AddApp registers a WeChat app, or changes its secret.
 func (s *Server) AddApp(appid, secret string) { s.add(s.apps, appid, secret, false) }
