@@ -20,8 +20,8 @@ type app struct {
 	name    string
 	client  upstream.Client
 	traits  upstream.Traits // of client
-	id      string // the upstream account, see identity
-	fp      string // fingerprint of the credentials
+	id      string          // the upstream account, see identity
+	fp      string          // fingerprint of the credentials
 	keys    appKeys
 	token   *value
 	tickets map[upstream.TicketType]*value
@@ -60,7 +60,7 @@ type value struct {
 	a       *app
 	b       *Broker
 	ticket  upstream.TicketType // "" for the access_token
-	name    string            // for logs and errors: the app, or app/ticket
+	name    string              // for logs and errors: the app, or app/ticket
 	keys    valueKeys
 	lockKey string
 	payload string // of its notices

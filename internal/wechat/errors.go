@@ -74,4 +74,3 @@ var errcodeClasses = map[int]Class{
 func ClassOf(errcode int) Class {
 	return errcodeClasses[errcode] // the zero Class is ClassUnavailable
 }
-
