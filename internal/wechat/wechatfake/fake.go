@@ -54,6 +54,8 @@ import (
 	"io"
 	"net/http"
 	"net/http/httptest"
+	"strconv"
+	"strings"
 	"sync"
 	"time"
 )
@@ -358,25 +360,26 @@ func (s *Server) add(m map[string]*account, id, secret string, wecom bool) {
 
 // errmsgs holds the real services' messages for the errcodes the fake uses.
 var errmsgs = map[int]string{
-	-1:    "system error",
-	40001: "invalid credential, access_token is invalid or not latest",
-	40097: "invalid args",
-	40002: "invalid grant_type",
-	40013: "invalid appid",
-	40014: "invalid access_token",
-	40125: "invalid appsecret",
-	40164: "invalid ip 127.0.0.1, not in whitelist",
-	41001: "access_token missing",
-	41002: "appid missing",
-	41004: "appsecret missing",
-	42001: "access_token expired",
-	43001: "require GET method",
-	43002: "require POST method",
-	45009: "reach max api daily quota limit",
-	45011: "api minute-quota reach limit  mustslower  retry next minute",
-	47001: "data format error",
-	50002: "user limited",
-	60020: "not allow to access from your ip",
+	-1:       "system error",
+	40001:    "invalid credential, access_token is invalid or not latest",
+	40097:    "invalid args",
+	40002:    "invalid grant_type",
+	40013:    "invalid appid",
+	40014:    "invalid access_token",
+	40125:    "invalid appsecret",
+	40164:    "invalid ip 127.0.0.1, not in whitelist",
+	41001:    "access_token missing",
+	41002:    "appid missing",
+	41004:    "appsecret missing",
+	42001:    "access_token expired",
+	43001:    "require GET method",
+	43002:    "require POST method",
+	45009:    "reach max api daily quota limit",
+	45011:    "api minute-quota reach limit  mustslower  retry next minute",
+	99991400: "request trigger frequency limit",
+	47001:    "data format error",
+	50002:    "user limited",
+	60020:    "not allow to access from your ip",
 }
 
 func reply(w http.ResponseWriter, v any) {
@@ -435,9 +438,27 @@ func (s *Server) answerFault(w http.ResponseWriter, r *http.Request, tokenEndpoi
 		w.WriteHeader(f.status)
 		fmt.Fprintf(w, "<html><body>%d %s</body></html>\n", f.status, http.StatusText(f.status))
 	default:
-		replyErr(w, f.errcode)
+		replyFault(w, r.URL.Path, f.errcode)
 	}
 	return true
+}
+
+// replyFault answers an injected errcode in the shape of path's provider.
+func replyFault(w http.ResponseWriter, path string, errcode int) {
+	msg, ok := errmsgs[errcode]
+	if !ok {
+		msg = "fake error"
+	}
+	switch {
+	case strings.HasPrefix(path, "/open-apis/"):
+		replyStatus(w, http.StatusBadRequest, map[string]any{"code": errcode, "msg": msg})
+	case strings.HasPrefix(path, "/v1.0/"):
+		replyStatus(w, http.StatusBadRequest, map[string]any{"code": strconv.Itoa(errcode), "message": msg, "requestid": "fake"})
+	case strings.HasPrefix(path, "/oauth2/"):
+		replyStatus(w, http.StatusBadRequest, map[string]any{"error": "invalid_request", "error_description": fmt.Sprintf("%s (%d)", msg, errcode)})
+	default:
+		replyErr(w, errcode)
+	}
 }
 
 func (s *Server) classic(w http.ResponseWriter, r *http.Request) {
