@@ -90,10 +90,11 @@ func Identity(cfg upstream.Config) string {
 // account names an upstream account for New's check that no two apps
 // share one: the identity without the secret's fingerprint (one appid has
 // one secret at a time), except for WeCom, where each app of a corp has a
-// secret and a token of its own.
+// secret and a token of its own, and OAuth2, where one client's tokens
+// differ by server, scope and audience.
 func account(cfg upstream.Config) string {
 	id := Identity(cfg)
-	if cfg.Provider == upstream.WeCom {
+	if cfg.Provider == upstream.WeCom || cfg.Provider == upstream.OAuth2 {
 		return id
 	}
 	return id[:strings.LastIndexByte(id, ':')]
@@ -102,10 +103,17 @@ func account(cfg upstream.Config) string {
 // secretFingerprint is an HMAC-SHA256 of the secret keyed by the provider
 // and appid, truncated to 48 bits: enough to keep two secrets of one appid
 // apart, too little to say anything about a secret of real length, and
-// never the secret itself.
+// never the secret itself. For OAuth2 it also covers the token_url, scope
+// and audience, which make other tokens of the same client.
 func secretFingerprint(cfg upstream.Config) string {
 	m := hmac.New(sha256.New, []byte("lockd token cache\x00"+cfg.Provider+"\x00"+cfg.AppID))
 	m.Write([]byte(cfg.Secret))
+	if cfg.Provider == upstream.OAuth2 {
+		for _, part := range []string{cfg.TokenURL, cfg.Scope, cfg.Audience} {
+			m.Write([]byte{0})
+			m.Write([]byte(part))
+		}
+	}
 	return hex.EncodeToString(m.Sum(nil))[:12]
 }
 
