@@ -285,7 +285,9 @@ func TestTokenErrorsCarryTheirCodeAndErrcode(t *testing.T) {
 			func(f *wechatfake.Server) { f.AddFeishu("cli-feishu", "rotated-secret") }, token.Options{},
 			codes.FailedPrecondition, "FEISHU_CREDENTIALS_REJECTED", "10014", true},
 		{"Feishu's rate limit is RESOURCE_EXHAUSTED with code 99991400", "feishu",
-			func(f *wechatfake.Server) { f.FailNextOn("/open-apis/auth/v3/tenant_access_token/internal", 1, 99991400) }, token.Options{},
+			func(f *wechatfake.Server) {
+				f.FailNextOn("/open-apis/auth/v3/tenant_access_token/internal", 1, 99991400)
+			}, token.Options{},
 			codes.ResourceExhausted, "FEISHU_QUOTA_EXHAUSTED", "99991400", true},
 		{"a wrong DingTalk appSecret is FAILED_PRECONDITION with code invalidClientIdOrSecret", "dingtalk",
 			func(f *wechatfake.Server) { f.AddDingTalk("ding-app", "rotated-secret") }, token.Options{},
