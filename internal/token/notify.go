@@ -37,7 +37,9 @@ func (s *signal) fire() {
 // notifier keeps the pub/sub subscriptions to the apps' channels: one
 // connection for all apps on a single Redis, one per app on Redis Cluster
 // (sharded pub/sub pins a connection to the slot of its channels). A notice
-// names the value (the token, or a ticket) that changed. go-redis
+// names the value (the token, or a ticket) that changed, and for a value
+// stored its version ("token@<version>"), which the replica records as the
+// newest it heard of. go-redis
 // reconnects and resubscribes by itself; every (re)subscription wakes all
 // of the app's waiters, since notices may have been lost meanwhile.
 type notifier struct {
