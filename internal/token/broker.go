@@ -422,16 +422,19 @@ func (b *Broker) Refresh(ctx context.Context, app, invalidToken string, caller C
 }
 
 // Ticket returns the app's ticket of kind (WeChat: jsapi, wx_card; WeCom:
-// jsapi, agent_config), fetched with the app's token and cached, single
-// flighted and renewed like it. A kind the provider does not serve is
-// ErrTicketType.
+// jsapi, agent_config; the other providers have none), fetched with the
+// app's token and cached, single flighted and renewed like it. A kind the
+// provider does not serve is ErrTicketType.
 func (b *Broker) Ticket(ctx context.Context, app string, kind upstream.TicketType, caller Caller) (Token, error) {
 	a, err := b.app(app)
 	if err != nil {
 		return Token{}, err
 	}
 	r := a.tickets[kind]
-	if r == nil {
+	switch {
+	case r == nil && len(a.traits.TicketTypes) == 0:
+		return Token{}, fmt.Errorf("%w: %s apps have no tickets", ErrTicketType, a.client.Provider())
+	case r == nil:
 		return Token{}, fmt.Errorf("%w: %q is not a ticket type of %s apps (want %s)",
 			ErrTicketType, kind, a.client.Provider(), ticketTypes(a))
 	}

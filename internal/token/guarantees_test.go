@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"net/http"
+	"strings"
 	"testing"
 	"time"
 
@@ -39,7 +40,9 @@ func TestEveryProviderHoldsOffAfterARefusal(t *testing.T) {
 				fake := newFake(t, wechatfake.Options{})
 				app := p.app(fake)
 				tt.setup(fake, &app)
-				f := newFleet(t, redistest.Start(t), 3, []token.App{app}, token.Options{})
+				// A generous Redis timeout: sixty callers at once on a loaded
+				// machine must not pass for Redis being away.
+				f := newFleet(t, redistest.Start(t), 3, []token.App{app}, token.Options{RedisTimeout: 10 * time.Second})
 				ctx := timeout(t, 30*time.Second)
 				for i, r := range f.concurrently(60, func(b *token.Broker) (token.Token, error) { return b.Get(ctx, p.name, anyone) }) {
 					var te *token.Error
@@ -136,5 +139,24 @@ func TestEveryProviderIsRenewedAheadThroughExpiries(t *testing.T) {
 				t.Fatal(fmt.Sprintf("%d upstream calls for %d tokens over %d lifetimes, want one per token", calls, issued, cycles))
 			}
 		})
+	}
+}
+
+func TestProvidersWithoutTicketsSaySo(t *testing.T) {
+	t.Parallel()
+	fake := newFake(t, wechatfake.Options{})
+	var all []token.App
+	for _, p := range others {
+		all = append(all, p.app(fake))
+	}
+	f := newFleet(t, redistest.Start(t), 1, all, token.Options{})
+	for _, p := range others {
+		_, err := f.brokers[0].Ticket(timeout(t, 10*time.Second), p.name, "jsapi", anyone)
+		if !errors.Is(err, token.ErrTicketType) || !strings.Contains(err.Error(), p.name+" apps have no tickets") {
+			t.Fatalf("%s: Ticket = %v", p.name, err)
+		}
+		if kinds, err := f.brokers[0].TicketTypes(p.name); err != nil || len(kinds) != 0 {
+			t.Fatalf("%s: TicketTypes = %v, %v", p.name, kinds, err)
+		}
 	}
 }

@@ -59,8 +59,11 @@ func (p provider) app(fake *wechatfake.Server) token.App {
 	return token.App{Name: p.name, Upstream: p.config(fake.URL())}
 }
 
-// key is the Redis key of p's cached token under the default prefix.
-func (p provider) key() string { return "lockd:token:{" + token.Identity(p.config("")) + "}" }
+// key is the Redis key of p's cached token on fake under the default
+// prefix (an OAuth2 client's tokens differ by token_url).
+func (p provider) key(fake *wechatfake.Server) string {
+	return "lockd:token:{" + token.Identity(p.config(fake.URL())) + "}"
+}
 
 // issued is how many distinct tokens fake minted for p.
 func (p provider) issued(fake *wechatfake.Server) int { return fake.Issued(p.id) }

@@ -100,7 +100,7 @@ func TestRollbackNeverServesAnOlderToken(t *testing.T) {
 				if old > 0 || failed > 0 {
 					t.Fatalf("after the rollback %d calls got the older token and %d failed", old, failed)
 				}
-				cached, err := f.rdb.HGet(ctx, p.key(), "token").Result()
+				cached, err := f.rdb.HGet(ctx, p.key(fake), "token").Result()
 				if err != nil || cached == t1.AccessToken {
 					t.Fatalf("the cache holds %q (%v) after the rollback: the older token", cached, err)
 				}
