@@ -33,7 +33,7 @@ run: ## Run lockd on its embedded store (127.0.0.1:50051), ready for grpcurl.
 .PHONY: test
 test: deps lint ## Install what is missing, then run every test (with -race) against real Redis.
 	$(GO) test -race -count=1 -timeout 20m ./...
-	@$(MAKE) test-go-client test-java test-node
+	@$(MAKE) test-go-client test-java test-node test-examples
 
 .PHONY: test-go-client
 test-go-client: .bin/lockd ## Run the Go client module's tests and examples against a lockd process.
@@ -46,6 +46,11 @@ test-java: java-deps .bin/lockd .bin/wechat-fake ## Build the Java client and ru
 .PHONY: test-node
 test-node: node-deps .bin/lockd .bin/wechat-fake ## Run the Node client's tests against lockd processes.
 	cd clients/node && LOCKD_BIN=$(CURDIR)/.bin/lockd WECHAT_FAKE_BIN=$(CURDIR)/.bin/wechat-fake npm test
+
+.PHONY: test-examples
+test-examples: node-deps .bin/lockd .bin/wechat-fake ## Test the SDK examples (examples/): SDKs whose token cache lockd feeds, against lockd and the fake upstream.
+	cd examples/wechat-go && $(GO) vet ./... && LOCKD_BIN=$(CURDIR)/.bin/lockd WECHAT_FAKE_BIN=$(CURDIR)/.bin/wechat-fake $(GO) test -race -count=1 ./...
+	cd examples/feishu-node && npm ci --no-audit --no-fund && LOCKD_BIN=$(CURDIR)/.bin/lockd WECHAT_FAKE_BIN=$(CURDIR)/.bin/wechat-fake npm test
 
 # The client tests run these binaries as processes; go build is a no-op when
 # nothing changed.

@@ -12,6 +12,7 @@ import (
 	"testing"
 
 	"github.com/lockd/lockd/internal/config"
+	"github.com/lockd/lockd/internal/upstream"
 	"github.com/lockd/lockd/internal/wechat"
 )
 
@@ -123,6 +124,37 @@ func TestParseAcceptsAppsOfDistinctAccountsOnOneID(t *testing.T) {
 	}
 }
 
+func TestParseReadsEveryProvider(t *testing.T) {
+	t.Parallel()
+	file := `apps:
+  - {name: lark, provider: feishu, appid: cli_a1, token_api: app, api_base: "https://open.larksuite.com", secret_env: MP_SECRET}
+  - {name: ding, provider: dingtalk, appid: dingkey1, secret_env: MP_SECRET}
+  - {name: ding-old, provider: dingtalk, appid: dingkey2, token_api: legacy, secret_env: MP_SECRET}
+  - name: reports
+    provider: oauth2
+    token_url: https://auth.example.com/oauth2/token
+    client_id: reports
+    secret_env: MP_SECRET
+    scope: "reports.read reports.export"
+    audience: https://api.example.com
+    auth_style: body
+  - {name: reports-admin, provider: oauth2, token_url: "https://auth.example.com/oauth2/token", appid: reports, secret_env: MP_SECRET, scope: admin}
+`
+	c, err := config.Parse([]byte(file), sources())
+	if err != nil || len(c.Apps) != 5 {
+		t.Fatalf("Parse = %v, %v; want the five apps (one OAuth2 client's tokens differ by scope)", c, err)
+	}
+	r, _ := c.App("reports")
+	want := upstream.Config{Provider: "oauth2", TokenURL: "https://auth.example.com/oauth2/token", AppID: "reports", Secret: mpSecret,
+		Scope: "reports.read reports.export", Audience: "https://api.example.com", AuthStyle: "body"}
+	if got := r.Upstream(); got != want {
+		t.Fatalf("Upstream = %v, want %v", got, want)
+	}
+	if l, _ := c.App("lark"); l.Upstream().TokenAPI != "app" || l.Upstream().APIBase != "https://open.larksuite.com" {
+		t.Fatalf("lark = %v", l.Upstream())
+	}
+}
+
 func TestParseWithoutAuthMeansNoAuthentication(t *testing.T) {
 	t.Parallel()
 	c, err := config.Parse([]byte("apps:\n  - {name: mp, provider: wechat, appid: wx1, secret_env: MP_SECRET}\n"), sources())
@@ -183,6 +215,32 @@ func TestParseRefusesBadFiles(t *testing.T) {
 			[]string{`apps[1] "hr2": appid: corpid ww1 with the same secret is also apps[0]`},
 		},
 		{"a missing provider is refused", app("name: mp, appid: wx1, secret_env: MP_SECRET"), []string{`apps[0] "mp": provider: missing`}},
+		{"an oauth2 client without token_url is refused", app("name: r, provider: oauth2, client_id: r, secret_env: MP_SECRET"),
+			[]string{`apps[0] "r": token_url: missing`}},
+		{"an oauth2 client without client_id is refused", app("name: r, provider: oauth2, token_url: 'https://a.example/t', secret_env: MP_SECRET"),
+			[]string{`apps[0] "r": appid: missing`}},
+		{"client_id and appid both are refused", app("name: r, provider: oauth2, token_url: 'https://a.example/t', client_id: r, appid: r, secret_env: MP_SECRET"),
+			[]string{`apps[0] "r": client_id and appid: give one, not both`}},
+		{"client_id for wechat is refused", app(mp + "client_id: x, secret_env: MP_SECRET"), []string{`apps[0] "mp": client_id: only for provider "oauth2"`}},
+		{"a token_url with a secret in it is refused without echoing it",
+			app("name: r, provider: oauth2, token_url: 'https://r:" + mpSecret + "@a.example/t', client_id: r, secret_env: MP_SECRET"),
+			[]string{`apps[0] "r": token_url`}},
+		{"an unknown auth_style is refused", app("name: r, provider: oauth2, token_url: 'https://a.example/t', client_id: r, auth_style: mtls, secret_env: MP_SECRET"),
+			[]string{`auth_style "mtls"`}},
+		{"a scope for feishu is refused", app("name: f, provider: feishu, appid: cli_1, scope: all, secret_env: MP_SECRET"), []string{`apps[0] "f": scope: only for provider "oauth2"`}},
+		{"api_base for oauth2 is refused", app("name: r, provider: oauth2, token_url: 'https://a.example/t', api_base: 'https://a.example', client_id: r, secret_env: MP_SECRET"),
+			[]string{`not for provider "oauth2": set token_url`}},
+		{"a dingtalk token_api of wechat's is refused", app("name: d, provider: dingtalk, appid: k, token_api: stable, secret_env: MP_SECRET"), []string{`token_api "stable"`}},
+		{
+			"one OAuth2 client at one server with one scope configured twice is refused",
+			"apps:\n  - {name: a, provider: oauth2, token_url: 'https://a.example/t', client_id: r, secret_env: MP_SECRET}\n  - {name: b, provider: oauth2, token_url: 'https://a.example/t', client_id: r, secret_env: MP_SECRET}\n",
+			[]string{`apps[1] "b": client_id: r with the same token_url, scope and audience is also apps[0]`},
+		},
+		{
+			"one Feishu app configured twice is refused",
+			"apps:\n  - {name: a, provider: feishu, appid: cli_1, secret_env: MP_SECRET}\n  - {name: b, provider: feishu, appid: cli_1, secret_env: MP_SECRET}\n",
+			[]string{`apps[1] "b": appid: cli_1 is also the feishu tenant appid of apps[0]`},
+		},
 		{"an unknown provider is refused", app("name: mp, provider: alipay, appid: wx1, secret_env: MP_SECRET"), []string{`apps[0] "mp": provider "alipay"`}},
 		{"an unknown token_api is refused", app(mp + "token_api: fast, secret_env: MP_SECRET"), []string{`token_api "fast"`}},
 		{"a token_api for wecom is refused", app("name: hr, provider: wecom, appid: ww1, token_api: stable, secret_env: MP_SECRET"), []string{`apps[0] "hr": token_api "stable"`}},

@@ -13,7 +13,7 @@ import (
 
 	"go.yaml.in/yaml/v3"
 
-	"github.com/lockd/lockd/internal/wechat"
+	"github.com/lockd/lockd/internal/upstream"
 )
 
 // Parse reads a configuration file's contents and the secrets it refers to
@@ -190,7 +190,8 @@ func (p *parser) file(doc *yaml.Node) *Config {
 
 // appFields are the keys of an apps entry. "secret" is recognised only to
 // refuse it with advice.
-var appFields = []string{"name", "provider", "appid", "secret_env", "secret_file", "token_api", "api_base", "secret"}
+var appFields = []string{"name", "provider", "appid", "client_id", "secret_env", "secret_file", "token_api", "api_base",
+	"token_url", "scope", "audience", "auth_style", "secret"}
 
 func (p *parser) app(n *yaml.Node, i int, names, accounts map[string]int) (App, bool) {
 	where := fmt.Sprintf("apps[%d]", i)
@@ -206,10 +207,24 @@ func (p *parser) app(n *yaml.Node, i int, names, accounts map[string]int) (App, 
 	}
 	a.Provider = p.str(f, where, "provider")
 	a.AppID = p.str(f, where, "appid")
+	if id := p.str(f, where, "client_id"); id != "" {
+		switch {
+		case a.Provider != upstream.OAuth2:
+			p.addf(f["client_id"], where, "client_id: only for provider %q; set appid", upstream.OAuth2)
+		case a.AppID != "":
+			p.addf(f["client_id"], where, "client_id and appid: give one, not both")
+		default:
+			a.AppID = id
+		}
+	}
 	a.SecretEnv = p.str(f, where, "secret_env")
 	a.SecretFile = p.str(f, where, "secret_file")
 	a.TokenAPI = p.str(f, where, "token_api")
 	a.APIBase = p.str(f, where, "api_base")
+	a.TokenURL = p.str(f, where, "token_url")
+	a.Scope = p.str(f, where, "scope")
+	a.Audience = p.str(f, where, "audience")
+	a.AuthStyle = p.str(f, where, "auth_style")
 
 	p.name(n, f["name"], where, a.Name)
 	if first, dup := names[a.Name]; dup && a.Name != "" {
@@ -223,12 +238,12 @@ func (p *parser) app(n *yaml.Node, i int, names, accounts map[string]int) (App, 
 	}
 	secret, ok := p.secret(n, f, where, "secret", a.SecretEnv, a.SecretFile)
 	a.Secret = Secret(secret)
-	check := a.WeChat()
+	check := a.Upstream()
 	if !ok {
 		check.Secret = "placeholder" // reported already; check the other fields
 	}
 	if err := check.Validate(); err != nil {
-		msg := strings.TrimPrefix(err.Error(), wechat.ErrInvalidConfig.Error()+": ")
+		msg := strings.TrimPrefix(err.Error(), upstream.ErrInvalidConfig.Error()+": ")
 		field, _, _ := strings.Cut(msg, " ")
 		field = strings.TrimSuffix(field, ":")
 		if field == "secret" {
@@ -239,8 +254,15 @@ func (p *parser) app(n *yaml.Node, i int, names, accounts map[string]int) (App, 
 			}
 			msg = field + ": the secret " + strings.TrimPrefix(msg, "secret: ")
 		}
-		if field == "api_base" {
-			msg = shownURLProblem(msg, a.APIBase)
+		switch field {
+		case "api_base":
+			msg = shownURLProblem(field, msg, a.APIBase)
+		case "token_url":
+			msg = shownURLProblem(field, msg, a.TokenURL)
+		case "appid":
+			if f["appid"] == nil && f["client_id"] != nil {
+				field, msg = "client_id", "client_id"+strings.TrimPrefix(msg, "appid")
+			}
 		}
 		at := f[field]
 		if at == nil {
@@ -258,15 +280,17 @@ func (p *parser) app(n *yaml.Node, i int, names, accounts map[string]int) (App, 
 // on one appid invalidate each other's tokens (each mint ends the other's
 // token five minutes later), and any two share one token cache in Redis.
 // A classic and a stable app on one appid are apart: WeChat keeps their
-// tokens separate. WeCom apps of one corp differ by their secret.
+// tokens separate (so does Feishu for tenant and app tokens). WeCom apps
+// of one corp differ by their secret; OAuth2 apps of one client by their
+// token_url, scope and audience.
 func (p *parser) account(at *yaml.Node, where string, a App, i int, accounts map[string]int) {
-	api := a.TokenAPI
-	if a.Provider == wechat.ProviderWeChat && api == "" {
-		api = wechat.TokenAPIClassic
-	}
-	key := a.Provider + "\x00" + api + "\x00" + a.AppID
-	if a.Provider == wechat.ProviderWeCom {
-		key += "\x00" + string(a.Secret)
+	cfg := a.Upstream().WithDefaults()
+	key := cfg.Provider + "\x00" + cfg.TokenAPI + "\x00" + cfg.AppID
+	switch cfg.Provider {
+	case upstream.WeCom:
+		key += "\x00" + cfg.Secret
+	case upstream.OAuth2:
+		key += "\x00" + cfg.TokenURL + "\x00" + cfg.Scope + "\x00" + cfg.Audience
 	}
 	first, dup := accounts[key]
 	if !dup {
@@ -274,12 +298,16 @@ func (p *parser) account(at *yaml.Node, where string, a App, i int, accounts map
 		return
 	}
 	switch {
-	case api == wechat.TokenAPIClassic:
+	case cfg.Provider == upstream.WeChat && cfg.TokenAPI == upstream.TokenAPIClassic:
 		p.addf(at, where, "appid: %s is also the classic appid of apps[%d]: each app's mints would end the other's token; configure the account once", a.AppID, first)
-	case a.Provider == wechat.ProviderWeCom:
+	case cfg.Provider == upstream.WeCom:
 		p.addf(at, where, "appid: corpid %s with the same secret is also apps[%d]: configure the WeCom app once", a.AppID, first)
-	default:
+	case cfg.Provider == upstream.OAuth2:
+		p.addf(at, where, "client_id: %s with the same token_url, scope and audience is also apps[%d]: configure it once", a.AppID, first)
+	case cfg.Provider == upstream.WeChat:
 		p.addf(at, where, "appid: %s is also the stable appid of apps[%d]: configure the account once", a.AppID, first)
+	default:
+		p.addf(at, where, "appid: %s is also the %s %s appid of apps[%d]: configure the account once", a.AppID, cfg.Provider, cfg.TokenAPI, first)
 	}
 }
 
