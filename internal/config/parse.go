@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"io"
 	"io/fs"
+	"path/filepath"
 	"strconv"
 	"strings"
 	"unicode"
@@ -311,6 +312,15 @@ func validNameRune(r rune) bool {
 // problems with field names what+"_env" and what+"_file". It never puts the
 // secret in a problem, nor a variable name or path that looks like one
 // (see secretShaped): a user may have pasted the secret there.
+// relativeTo tells, for a relative path, the directory it is taken
+// relative to; "" for an absolute one.
+func relativeTo(path, dir string) string {
+	if filepath.IsAbs(path) || dir == "" {
+		return ""
+	}
+	return " (relative to " + dir + ")"
+}
+
 func (p *parser) secret(entry *yaml.Node, f map[string]*yaml.Node, where, what, env, file string) (string, bool) {
 	envField, fileField := what+"_env", what+"_file"
 	switch {
@@ -351,7 +361,10 @@ func (p *parser) secret(entry *yaml.Node, f map[string]*yaml.Node, where, what, 
 			if errors.Is(err, errTooLong) {
 				p.addf(f[fileField], where, "%s: %s is longer than %d bytes", fileField, shown, MaxSecretFileBytes)
 			} else {
-				p.addf(f[fileField], where, "%s: %s cannot be read: %v", fileField, shown, err)
+				// A file that cannot be read may be no file at all but a
+				// pasted secret, whatever its shape: its name is never
+				// shown, only where it is written.
+				p.addf(f[fileField], where, "%s: the file named there%s cannot be read: %v", fileField, relativeTo(file, p.src.Dir), err)
 			}
 			return "", false
 		}
