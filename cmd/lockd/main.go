@@ -97,6 +97,7 @@ func parseFlags(args []string, getenv func(string) string, stderr io.Writer) (se
 	fs.IntVar(&cfg.Limits.MaxWaiters, "max-waiters", 10000, "calls waiting for a lock, a permit or an election at once on this replica; 0 = no limit")
 	fs.IntVar(&cfg.Limits.MaxKeepAlives, "max-keepalives", 20000, "KeepAlive, Hold, Campaign and Observe streams open at once on this replica; 0 = no limit")
 	fs.IntVar(&cfg.Limits.MaxWatches, "max-token-watches", 2000, "WatchAccessToken streams open at once on this replica; 0 = no limit")
+	fs.IntVar(&cfg.Limits.FairShareLeases, "fair-share-leases", 10000, "leases a client without limits.leases may hold at once through this replica, when two or more clients are configured; 0 = no limit")
 	fs.DurationVar(&cfg.ShutdownTimeout, "shutdown-timeout", 10e9, "how long in-flight calls may drain on SIGTERM")
 	fs.DurationVar(&cfg.TokenIdleAfter, "token-idle-after", 3*time.Hour, "stop renewing an app's token (and tickets) ahead when nobody asked for it this long")
 	t := &cfg.Transport

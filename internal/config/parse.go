@@ -384,10 +384,13 @@ func (p *parser) secret(entry *yaml.Node, f map[string]*yaml.Node, where, what, 
 
 // clientFields are the keys of an auth.clients entry; "token" is
 // recognised only to refuse it with advice.
-var clientFields = []string{"name", "token_env", "token_file", "locks", "apps", "limits", "admin", "token"}
+var clientFields = []string{"name", "token_env", "token_file", "locks", "apps", "limits", "admin", "tls_subject", "token"}
+
+// MaxTLSSubjectBytes bounds a client's tls_subject.
+const MaxTLSSubjectBytes = 1024
 
 // limitFields are the keys of a client's limits.
-var limitFields = []string{"waiters", "keepalives", "refreshes_per_hour"}
+var limitFields = []string{"waiters", "keepalives", "watches", "leases", "connections", "refreshes_per_hour"}
 
 func (p *parser) auth(n *yaml.Node, apps map[string]int) *Auth {
 	const empty = "auth: no clients; list them, or remove auth to turn authentication off"
@@ -465,6 +468,9 @@ func (p *parser) limits(n *yaml.Node, where string) Limits {
 	return Limits{
 		Waiters:          p.count(f, where, "waiters"),
 		KeepAlives:       p.count(f, where, "keepalives"),
+		Watches:          p.count(f, where, "watches"),
+		Leases:           p.count(f, where, "leases"),
+		Connections:      p.count(f, where, "connections"),
 		RefreshesPerHour: p.count(f, where, "refreshes_per_hour"),
 	}
 }
@@ -487,6 +493,17 @@ func (p *parser) client(n *yaml.Node, i int, names, apps map[string]int) (Client
 	c.Apps = p.strs(f, where, "apps")
 	c.Admin = p.boolean(f, where, "admin")
 	c.Limits = p.limits(f["limits"], where)
+	c.TLSSubject = p.str(f, where, "tls_subject")
+	if _, set := f["tls_subject"]; set {
+		switch {
+		case c.TLSSubject == "":
+			p.addf(f["tls_subject"], where, "tls_subject: must not be empty (leave it out to accept any certificate)")
+		case len(c.TLSSubject) > MaxTLSSubjectBytes:
+			p.addf(f["tls_subject"], where, "tls_subject: longer than %d bytes", MaxTLSSubjectBytes)
+		case !utf8.ValidString(c.TLSSubject) || strings.IndexFunc(c.TLSSubject, unicode.IsControl) >= 0:
+			p.addf(f["tls_subject"], where, "tls_subject: must be valid UTF-8 without control characters")
+		}
+	}
 
 	p.name(n, f["name"], where, c.Name)
 	if first, dup := names[c.Name]; dup && c.Name != "" {

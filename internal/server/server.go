@@ -179,7 +179,10 @@ func Run(ctx context.Context, cfg Config) error {
 	}()
 	sec := tel.Security()
 
-	authn := auth.Open(auth.OnRefused(sec.AuthRefused))
+	if err := checkTLSSubjects(cfg.File, cfg.TLS.ClientCA != ""); err != nil {
+		return err
+	}
+	authn := auth.Open(auth.OnRefused(sec.AuthRefused), auth.WithCertSubject(certSubject))
 	if err := authn.Replace(authClients(cfg.File)); err != nil {
 		return fmt.Errorf("--config: %w", err)
 	}
@@ -255,7 +258,8 @@ func Run(ctx context.Context, cfg Config) error {
 	}
 	tokens := newBrokers(bgCtx, log, broker, cfg.Limits.MaxWatches)
 	defer tokens.close()
-	reloads := &reloader{log: log, load: cfg.LoadConfig, authn: authn, brokers: tokens, rdb: rdb, opts: tokenOpts, metrics: sec, audit: auditLog, secretFlags: secretFlagsOf(cfg)}
+	reloads := &reloader{log: log, load: cfg.LoadConfig, authn: authn, brokers: tokens, rdb: rdb, opts: tokenOpts, metrics: sec, audit: auditLog,
+		locks: locks, secretFlags: secretFlagsOf(cfg), mtls: cfg.TLS.ClientCA != ""}
 	reloadCtx, stopReloads := context.WithCancel(ctx)
 	reloadsDone := make(chan struct{})
 	go func() {
