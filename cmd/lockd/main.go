@@ -104,7 +104,9 @@ func parseFlags(args []string, getenv func(string) string, stderr io.Writer) (se
 	fs.DurationVar(&t.KeepAliveTime, "keepalive-time", t.KeepAliveTime, "ping a connection idle this long, to notice clients that vanished")
 	fs.DurationVar(&t.KeepAliveTimeout, "keepalive-timeout", t.KeepAliveTimeout, "drop a connection whose ping goes unanswered this long; its calls end as if closed")
 	fs.DurationVar(&t.KeepAliveMinTime, "keepalive-min-time", t.KeepAliveMinTime, "shortest ping interval a client may use; clients pinging more often are disconnected")
-	fs.IntVar(&t.MaxConnections, "max-connections", t.MaxConnections, "connections open at once on each listener (gRPC, gateway, HTTP port); more wait to be accepted (0 = no limit)")
+	fs.IntVar(&t.MaxConnections, "max-connections", t.MaxConnections, "admitted connections (a call let in on them: with auth, one with a known token) open at once on each listener (gRPC, gateway, HTTP port); calls that would admit more are refused (0 = no limit)")
+	fs.IntVar(&t.MaxPendingConnections, "max-pending-connections", t.MaxPendingConnections, "connections not admitted yet, on each listener; when all are taken, the source address with the most loses its oldest (0 = no limit)")
+	fs.DurationVar(&t.PendingTimeout, "pending-timeout", t.PendingTimeout, "close a connection not admitted within this long (0 = never)")
 	var streams uint
 	fs.UintVar(&streams, "max-concurrent-streams", uint(t.MaxConcurrentStreams), "calls open at once on one connection; more are refused")
 	var headerBytes uint

@@ -364,18 +364,39 @@ func (set *clientSet) find(token string) *client {
 // authenticated when they reach lockd: Identify only tells callers apart,
 // as the HTTP/JSON gateway does to give each client calls of its own.
 func (a *Authenticator) Identify(authorization string) (string, bool) {
+	id, ok := a.IdentityOf(authorization)
+	return id.Name, ok
+}
+
+// IdentityOf is Identify with the client's whole identity.
+func (a *Authenticator) IdentityOf(authorization string) (Identity, bool) {
 	set := a.clients.Load()
 	if set == nil {
-		return "", false
+		return Identity{}, false
 	}
 	scheme, token, ok := strings.Cut(authorization, " ")
 	if !ok || !strings.EqualFold(scheme, "bearer") {
-		return "", false
+		return Identity{}, false
 	}
 	if c := set.find(token); c != nil {
-		return c.id.Name, true
+		return c.id, true
 	}
-	return "", false
+	return Identity{}, false
+}
+
+// Client returns the identity of the client named name in the list in
+// force; false when there is none.
+func (a *Authenticator) Client(name string) (Identity, bool) {
+	set := a.clients.Load()
+	if set == nil {
+		return Identity{}, false
+	}
+	for i := range set.clients {
+		if set.clients[i].id.Name == name {
+			return set.clients[i].id, true
+		}
+	}
+	return Identity{}, false
 }
 
 // MaxAppBytes bounds an app name in a request.

@@ -29,6 +29,7 @@ import (
 	"github.com/lockd/lockd/internal/adminui"
 	"github.com/lockd/lockd/internal/auth"
 	"github.com/lockd/lockd/internal/config"
+	"github.com/lockd/lockd/internal/connguard"
 	"github.com/lockd/lockd/internal/gateway"
 	"github.com/lockd/lockd/internal/httpbound"
 	"github.com/lockd/lockd/internal/redislock"
@@ -200,6 +201,7 @@ func Run(ctx context.Context, cfg Config) error {
 	go refused.run(bgCtx)
 	var creds []grpc.ServerOption
 	var gatewayTLS *tls.Config
+	handshakes := newHandshakes(bgCtx, log, sec)
 	if cfg.TLS.Enabled() {
 		tc, err := newTLS(cfg.TLS, tlsEvents{log: log, reloadFailed: sec.TLSReloadFailed})
 		if err != nil {
@@ -207,9 +209,7 @@ func Run(ctx context.Context, cfg Config) error {
 		}
 		go tc.watch(bgCtx)
 		sec.RegisterCertificateExpiry(tc.expiry)
-		handshakes := newSummary(log, "failed TLS handshakes", 10*time.Second)
-		go handshakes.run(bgCtx)
-		observed := newObservedCreds(credentials.NewTLS(tc.config), log, sec.TLSHandshakeFailed, handshakes)
+		observed := newObservedCreds(credentials.NewTLS(tc.config), log, sec.TLSHandshakeFailed, handshakes.sum)
 		creds = append(creds, grpc.Creds(gateway.Credentials(observed)))
 		gatewayTLS = tc.config
 	}
@@ -275,10 +275,11 @@ func Run(ctx context.Context, cfg Config) error {
 	if err != nil {
 		return fmt.Errorf("listen %s: %w", cfg.Listen, err)
 	}
-	lis = cfg.Transport.listener(lis)
+	conns := newConnections(bgCtx, cfg.Transport, authn, sec, log)
+	lis = conns.guard(lis, "grpc")
 	// Handlers finish their cleanup (queued writers withdrawn, holds given
 	// back) before the engine and Redis close, even after a forced Stop.
-	gate := newGate(authn, cfg.Transport.MaxHealthStreams, refused)
+	gate := newGate(authn, cfg.Transport.MaxHealthStreams, refused, conns)
 	hs := health.NewServer()
 	elections, semaphores := service.NewElectionServer(locks), service.NewSemaphoreServer(locks)
 	admin := service.NewAdminServer(locks, tokens.tokens)
@@ -328,7 +329,9 @@ func Run(ctx context.Context, cfg Config) error {
 		pipe := newServer(pipeTransport, gateway.ServerOptions()...)
 		servers = append(servers, pipe)
 		gw, err := gateway.Start(pipe, gateway.Options{Listen: cfg.GatewayListen, TLS: gatewayTLS, Logger: log,
-			Authenticated: authn.Enabled, Hosts: cfg.GatewayHosts, Identify: authn.Identify, MaxConnections: cfg.Transport.MaxConnections})
+			Authenticated: authn.Enabled, Hosts: cfg.GatewayHosts, Identify: authn.Identify, MaxConnections: cfg.Transport.MaxConnections,
+			Guard: func(l net.Listener) net.Listener { return conns.guard(l, "gateway") }, Share: conns.shareOf,
+			HandshakeFailed: handshakes.failed})
 		if err != nil {
 			lis.Close()
 			return err
@@ -360,10 +363,11 @@ func Run(ctx context.Context, cfg Config) error {
 		defer func() { _ = closeUI() }()
 		ui := adminui.Handler(adminui.Options{Admin: lockdv1.NewAdminServiceClient(uiConn), Authenticated: authn.Enabled,
 			IsAdmin: authn.IsAdminToken, Hosts: cfg.GatewayHosts})
-		httpSrv = &http.Server{Handler: httpHandler(hs, tel.MetricsHandler(), ui), ReadHeaderTimeout: 5 * time.Second,
+		httpSrv = &http.Server{Handler: conns.admitHTTP(httpHandler(hs, tel.MetricsHandler(), ui)), ReadHeaderTimeout: 5 * time.Second,
 			IdleTimeout: gateway.IdleTimeout, WriteTimeout: gateway.WriteTimeout, MaxHeaderBytes: gateway.MaxHeaderBytes,
-			ErrorLog: slog.NewLogLogger(log.Handler(), slog.LevelDebug)}
-		hl = httpbound.Limit(httpSrv, hl, cfg.Transport.MaxConnections)
+			ErrorLog: slog.NewLogLogger(log.Handler(), slog.LevelDebug), ConnContext: connguard.ConnContext}
+		httpbound.Reclaim(httpSrv, cfg.Transport.MaxConnections)
+		hl = conns.guard(hl, "http")
 		go func() {
 			if err := httpSrv.Serve(hl); err != nil && !errors.Is(err, http.ErrServerClosed) {
 				log.Error("http server", "err", err)
