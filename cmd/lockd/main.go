@@ -116,7 +116,9 @@ func parseFlags(args []string, getenv func(string) string, stderr io.Writer) (se
 	fs.DurationVar(&t.MaxConnectionAge, "max-connection-age", t.MaxConnectionAge, "ask clients to reconnect after this long, to spread load over replicas (0 = never)")
 	fs.DurationVar(&t.MaxConnectionAgeGrace, "max-connection-age-grace", t.MaxConnectionAgeGrace, "how long calls may go on after --max-connection-age (0 = until they end)")
 	fs.StringVar(&cfg.AuditLog, "audit-log", "", "write the audit log (who took and released which key) to this file, or - for stderr; empty = off")
-	fs.TextVar(&cfg.AuditLevel, "audit-level", slog.LevelInfo, "audit log level: INFO (takes and releases) or WARN (force-releases only)")
+	fs.TextVar(&cfg.AuditLevel, "audit-level", slog.LevelInfo, "audit log level: INFO (takes and releases) or WARN (force-releases and revocations only)")
+	fs.IntVar(&cfg.AuditFiles.MaxSizeMiB, "audit-log-max-size", 100, "rotate the --audit-log file when it reaches this many MiB")
+	fs.IntVar(&cfg.AuditFiles.MaxBackups, "audit-log-max-files", 5, "rotated --audit-log files to keep (older ones are removed)")
 	fs.TextVar(&level, "log-level", slog.LevelInfo, "log level: DEBUG, INFO, WARN or ERROR")
 
 	// The environment sets defaults; the command line overrides them.

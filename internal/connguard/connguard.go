@@ -16,10 +16,12 @@
 package connguard
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
 	"net"
+	"slices"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -123,17 +125,39 @@ func (l *Listener) Accept() (net.Conn, error) {
 	return c, nil
 }
 
-// crowdedLocked returns the oldest pending connection of the source that
-// has the most; l.mu is held and a connection is pending.
+// crowdedLocked returns the pending connection that gives way first: one
+// whose call was refused (Refuse), the oldest; else one of the source
+// address holding the most pending connections: of those, one whose peer
+// has sent nothing (an idle socket: a client sends its first request as
+// soon as it is connected), the oldest, else the oldest. l.mu is held and
+// a connection is pending.
 func (l *Listener) crowdedLocked() *conn {
-	var pick *conn
+	var refused *conn
 	most := 0
 	for _, cs := range l.pending {
-		if len(cs) > most || len(cs) == most && cs[0].seq < pick.seq {
-			pick, most = cs[0], len(cs)
+		most = max(most, len(cs))
+		for _, c := range cs {
+			if c.refused.Load() && (refused == nil || c.seq < refused.seq) {
+				refused = c
+			}
 		}
 	}
-	return pick
+	if refused != nil {
+		return refused
+	}
+	var candidates []*conn
+	for _, cs := range l.pending {
+		if len(cs) == most {
+			candidates = append(candidates, cs...)
+		}
+	}
+	slices.SortFunc(candidates, func(a, b *conn) int { return cmp.Compare(a.seq, b.seq) })
+	for _, c := range candidates {
+		if !c.hasSent() {
+			return c
+		}
+	}
+	return candidates[0]
 }
 
 // removePendingLocked takes c out of the pending pool; l.mu is held.
@@ -183,6 +207,30 @@ type conn struct {
 	state  atomic.Int32
 	client string // once admitted
 	once   sync.Once
+	// sent is set once the peer has sent something; refused once a call
+	// on it was refused for want of a token.
+	sent, refused atomic.Bool
+}
+
+// hasSent reports whether the peer has sent something, read or not.
+func (c *conn) hasSent() bool {
+	if c.sent.Load() {
+		return true
+	}
+	if waiting(c.Conn) {
+		c.sent.Store(true)
+		return true
+	}
+	return false
+}
+
+// Read reads from the connection, noting that the peer sent something.
+func (c *conn) Read(p []byte) (int, error) {
+	n, err := c.Conn.Read(p)
+	if n > 0 && !c.sent.Load() {
+		c.sent.Store(true)
+	}
+	return n, err
 }
 
 // RemoteAddr is the peer's address, which Admit finds its connection by.
@@ -303,4 +351,16 @@ func CloseSoon(ctx context.Context, grace time.Duration) {
 			_ = c.Close()
 		}
 	})
+}
+
+// Refuse notes that a call on the connection of ctx was refused for want
+// of a valid token: while it stays pending, it is the first to give way,
+// and it is closed after grace.
+func Refuse(ctx context.Context, grace time.Duration) {
+	c := connOf(ctx)
+	if c == nil || c.state.Load() != statePending {
+		return
+	}
+	c.refused.Store(true)
+	CloseSoon(ctx, grace)
 }

@@ -4,6 +4,7 @@
 package server
 
 import (
+	"cmp"
 	"context"
 	"crypto/tls"
 	"errors"
@@ -103,6 +104,11 @@ type Config struct {
 	// and releases; WARN: force-releases only).
 	AuditLog   string
 	AuditLevel slog.Level
+	// AuditFiles bound the disk the audit log file takes.
+	AuditFiles AuditFiles
+	// RedisMemoryInterval is how often Redis's memory is read, to warn
+	// before it is full; 0 means every 30s.
+	RedisMemoryInterval time.Duration
 	// Limits bound what callers may ask for.
 	Limits service.Limits
 	// TokenIdleAfter is how long after the last call for it an app's token
@@ -161,7 +167,7 @@ func Run(ctx context.Context, cfg Config) error {
 	if cfg.Stderr == nil {
 		cfg.Stderr = os.Stderr
 	}
-	auditLog, err := openAudit(cfg.AuditLog, cfg.AuditLevel, cfg.Stderr)
+	auditLog, err := openAudit(cfg.AuditLog, cfg.AuditLevel, cfg.AuditFiles, cfg.Stderr)
 	if err != nil {
 		return err
 	}
@@ -227,6 +233,7 @@ func Run(ctx context.Context, cfg Config) error {
 	if err := tel.InstrumentRedis(rdb); err != nil {
 		return fmt.Errorf("telemetry: %w", err)
 	}
+	go watchRedisMemory(bgCtx, rdb, cmp.Or(cfg.RedisMemoryInterval, redisMemoryEvery), log, sec)
 
 	// A Redis found unfit for locks after start-up stops lockd.
 	runCtx, stopRun := context.WithCancelCause(ctx)

@@ -11,6 +11,7 @@ import (
 	"google.golang.org/grpc/tap"
 
 	"github.com/lockd/lockd/internal/auth"
+	"github.com/lockd/lockd/internal/connguard"
 )
 
 // gate decides, as a stream's headers arrive and before gRPC spends a
@@ -44,11 +45,15 @@ func (g *gate) tap(ctx context.Context, info *tap.Info) (context.Context, error)
 		context.AfterFunc(ctx, func() { g.health.Add(-1) })
 		return ctx, nil
 	}
-	ctx, err := g.authn.TapHandle(ctx, info)
+	authed, err := g.authn.TapHandle(ctx, info)
 	if err != nil {
 		g.refused.add("unauthenticated")
-		return ctx, err
+		// A connection that has shown no valid token gives way first,
+		// and goes soon.
+		connguard.Refuse(ctx, refusedGrace)
+		return nil, err
 	}
+	ctx = authed
 	// The call is let in: its connection takes a place (see
 	// connections), if it has none yet.
 	if err := g.conns.admitCall(ctx); err != nil {
