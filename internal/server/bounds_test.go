@@ -11,6 +11,11 @@ import (
 	"testing"
 	"time"
 
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/credentials/insecure"
+	"google.golang.org/grpc/status"
+
 	lockdv1 "github.com/lockd/lockd/gen/lockd/v1"
 	"github.com/lockd/lockd/internal/redistest"
 )
@@ -102,4 +107,32 @@ func TestAuditLogCannotFillTheDisk(t *testing.T) {
 	if total > 3<<20 {
 		t.Errorf("the audit log takes %d bytes in %d files, want at most 3 MiB", total, len(entries))
 	}
+}
+
+// TestAFullListenerRefusesAndSaysSo: with every connection place taken, a
+// call on a new connection is refused UNAVAILABLE at once (it does not
+// wait in the accept queue), and lockd counts and logs it.
+func TestAFullListenerRefusesAndSaysSo(t *testing.T) {
+	t.Parallel()
+	tr := DefaultTransport()
+	tr.MaxConnections = 1
+	r := start(t, Config{Redis: redistest.Start(t).Addr(), Transport: tr})
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	if _, err := lockdv1.NewLockServiceClient(r.conn).Acquire(ctx, &lockdv1.AcquireRequest{Key: "first"}); err != nil {
+		t.Fatal(err)
+	}
+	other, err := grpc.NewClient(r.addrs.GRPC, grpc.WithTransportCredentials(insecure.NewCredentials()))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer other.Close()
+	_, err = lockdv1.NewLockServiceClient(other).Acquire(ctx, &lockdv1.AcquireRequest{Key: "second"})
+	if status.Code(err) != codes.Unavailable {
+		t.Fatalf("a call on a second connection: %v, want UNAVAILABLE", err)
+	}
+	if m, want := httpBody(t, "http://"+r.addrs.HTTP+"/metrics"), `lockd_connections_refused_total{listener="grpc",reason="full"`; !strings.Contains(m, want) {
+		t.Errorf("/metrics lacks %s", want)
+	}
+	waitFor(t, "the refusal logged", func() bool { return strings.Contains(r.logs.String(), `"grpc_full":1`) })
 }
