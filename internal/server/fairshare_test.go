@@ -239,6 +239,11 @@ func TestReloadReleasesTheLeasesOfRemovedClients(t *testing.T) {
 	waitFor(t, "the releases audited", func() bool {
 		return strings.Count(readFile(audit), `"how":"revoked"`) == 3
 	})
+	// The tokens come from the environment: the reload says they cannot
+	// rotate that way.
+	if !strings.Contains(r.logs.String(), "token_env are read from the environment lockd started with") {
+		t.Error("the reload did not say that token_env tokens cannot rotate")
+	}
 }
 
 func readFile(path string) string {
