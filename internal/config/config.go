@@ -28,7 +28,8 @@
 //	      token_env: ORDERS_TOKEN   # or token_file
 //	      locks: ["orders/"]        # key prefixes it may lock; [""] = all
 //	      apps: ["mp"]              # apps whose tokens it may read
-//	      limits: {waiters: 200, keepalives: 1000, refreshes_per_hour: 10}
+//	      limits: {waiters: 200, keepalives: 1000, watches: 100, leases: 5000, connections: 100, refreshes_per_hour: 10}
+//	      tls_subject: "CN=orders,O=Example" # optional: the client certificate it must present
 //	      admin: false              # true allows the admin calls
 //
 // Parse also reports, in Config.Warnings, what is valid but likely a
@@ -178,18 +179,36 @@ type Client struct {
 	Limits Limits
 	// Admin allows the client the administrative calls.
 	Admin bool
+	// TLSSubject, when set, is the subject distinguished name (RFC 2253,
+	// as `openssl x509 -noout -subject -nameopt RFC2253` prints it) that
+	// the verified client certificate of the client's connections must
+	// have: its token alone then lets nobody in.
+	TLSSubject string
 	// Token is the bearer token read from TokenEnv or TokenFile, at least
 	// MinClientTokenBytes of printable ASCII without spaces. Clients send
 	// it as "authorization: Bearer <token>".
 	Token Secret
 }
 
-// Limits are a client's own limits (limits: in its auth.clients entry).
+// Limits are a client's own limits (limits: in its auth.clients entry),
+// each on one replica. A zero field is not a limit of the client's own:
+// the client is bound by the replica-wide limit, or, with two or more
+// clients configured, by its fair share of it (see docs/multi-team.md).
 type Limits struct {
 	// Waiters bounds its lock calls waiting for a busy key at once.
 	Waiters int
-	// KeepAlives bounds its open KeepAlive streams.
+	// KeepAlives bounds its open KeepAlive, Hold, Campaign and Observe
+	// streams.
 	KeepAlives int
+	// Watches bounds its open WatchAccessToken streams.
+	Watches int
+	// Leases bounds the leases it holds at once that were granted through
+	// the replica by unary calls (Acquire, RLock, WLock, a semaphore's
+	// Acquire).
+	Leases int
+	// Connections bounds its connections open at once on each listener
+	// (gRPC, the HTTP/JSON gateway).
+	Connections int
 	// RefreshesPerHour bounds its RefreshAccessToken calls that may lead
 	// to a mint, per app and hour.
 	RefreshesPerHour int
@@ -202,6 +221,7 @@ func (c Client) LogValue() slog.Value {
 		slog.Any("locks", c.Locks),
 		slog.Any("apps", c.Apps),
 		slog.Bool("admin", c.Admin),
+		slog.String("tls_subject", c.TLSSubject),
 	)
 }
 

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"io"
 	"io/fs"
+	"path/filepath"
 	"strconv"
 	"strings"
 	"unicode"
@@ -339,6 +340,15 @@ func validNameRune(r rune) bool {
 // problems with field names what+"_env" and what+"_file". It never puts the
 // secret in a problem, nor a variable name or path that looks like one
 // (see secretShaped): a user may have pasted the secret there.
+// relativeTo tells, for a relative path, the directory it is taken
+// relative to; "" for an absolute one.
+func relativeTo(path, dir string) string {
+	if filepath.IsAbs(path) || dir == "" {
+		return ""
+	}
+	return " (relative to " + dir + ")"
+}
+
 func (p *parser) secret(entry *yaml.Node, f map[string]*yaml.Node, where, what, env, file string) (string, bool) {
 	envField, fileField := what+"_env", what+"_file"
 	switch {
@@ -379,7 +389,10 @@ func (p *parser) secret(entry *yaml.Node, f map[string]*yaml.Node, where, what, 
 			if errors.Is(err, errTooLong) {
 				p.addf(f[fileField], where, "%s: %s is longer than %d bytes", fileField, shown, MaxSecretFileBytes)
 			} else {
-				p.addf(f[fileField], where, "%s: %s cannot be read: %v", fileField, shown, err)
+				// A file that cannot be read may be no file at all but a
+				// pasted secret, whatever its shape: its name is never
+				// shown, only where it is written.
+				p.addf(f[fileField], where, "%s: the file named there%s cannot be read: %v", fileField, relativeTo(file, p.src.Dir), err)
 			}
 			return "", false
 		}
@@ -399,10 +412,13 @@ func (p *parser) secret(entry *yaml.Node, f map[string]*yaml.Node, where, what, 
 
 // clientFields are the keys of an auth.clients entry; "token" is
 // recognised only to refuse it with advice.
-var clientFields = []string{"name", "token_env", "token_file", "locks", "apps", "limits", "admin", "token"}
+var clientFields = []string{"name", "token_env", "token_file", "locks", "apps", "limits", "admin", "tls_subject", "token"}
+
+// MaxTLSSubjectBytes bounds a client's tls_subject.
+const MaxTLSSubjectBytes = 1024
 
 // limitFields are the keys of a client's limits.
-var limitFields = []string{"waiters", "keepalives", "refreshes_per_hour"}
+var limitFields = []string{"waiters", "keepalives", "watches", "leases", "connections", "refreshes_per_hour"}
 
 func (p *parser) auth(n *yaml.Node, apps map[string]int) *Auth {
 	const empty = "auth: no clients; list them, or remove auth to turn authentication off"
@@ -480,6 +496,9 @@ func (p *parser) limits(n *yaml.Node, where string) Limits {
 	return Limits{
 		Waiters:          p.count(f, where, "waiters"),
 		KeepAlives:       p.count(f, where, "keepalives"),
+		Watches:          p.count(f, where, "watches"),
+		Leases:           p.count(f, where, "leases"),
+		Connections:      p.count(f, where, "connections"),
 		RefreshesPerHour: p.count(f, where, "refreshes_per_hour"),
 	}
 }
@@ -502,6 +521,17 @@ func (p *parser) client(n *yaml.Node, i int, names, apps map[string]int) (Client
 	c.Apps = p.strs(f, where, "apps")
 	c.Admin = p.boolean(f, where, "admin")
 	c.Limits = p.limits(f["limits"], where)
+	c.TLSSubject = p.str(f, where, "tls_subject")
+	if _, set := f["tls_subject"]; set {
+		switch {
+		case c.TLSSubject == "":
+			p.addf(f["tls_subject"], where, "tls_subject: must not be empty (leave it out to accept any certificate)")
+		case len(c.TLSSubject) > MaxTLSSubjectBytes:
+			p.addf(f["tls_subject"], where, "tls_subject: longer than %d bytes", MaxTLSSubjectBytes)
+		case !utf8.ValidString(c.TLSSubject) || strings.IndexFunc(c.TLSSubject, unicode.IsControl) >= 0:
+			p.addf(f["tls_subject"], where, "tls_subject: must be valid UTF-8 without control characters")
+		}
+	}
 
 	p.name(n, f["name"], where, c.Name)
 	if first, dup := names[c.Name]; dup && c.Name != "" {

@@ -103,12 +103,11 @@ func (s *TokenServer) Drain() {
 }
 
 // takeWatch counts an open WatchAccessToken stream against the replica's
-// bound and the client's own (its keepalives limit, which bounds its
-// long-lived streams; watches are counted apart from its lock streams).
+// bound and the client's own (see watchLimit).
 func (s *TokenServer) takeWatch(ctx context.Context) (func(), error) {
 	return take(ctx, &s.watches, s.maxWatches,
 		func(c *clientCounts) *atomic.Int64 { return &c.watches },
-		func(l auth.Limits) int { return l.KeepAlives }, &s.clients, "WatchAccessToken streams")
+		watchLimit, &s.clients, "WatchAccessToken streams")
 }
 
 // caller is the authenticated client of ctx, as the broker limits and logs
