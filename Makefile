@@ -10,7 +10,7 @@ GO ?= go
 APT_PACKAGES := redis-server redis-tools docker-compose curl chromium
 # Debian packages the Java client builds and tests with: grpc-java and
 # protobuf jars, protoc with the grpc-java plugin, JUnit 5 (and openssl for
-# the TLS tests). Maven Central is out of reach; see clients/java/README.md.
+# the TLS tests). Maven Central is out of reach; see client-java/README.md.
 JAVA_APT_PACKAGES := protobuf-compiler protobuf-compiler-grpc-java-plugin libprotobuf-dev \
   libgrpc-java libprotobuf-java libgoogle-common-protos-java libguava-java libnetty-java \
   libperfmark-java libgoogle-gson-java libjsr305-java libgeronimo-annotation-1.3-spec-java \
@@ -31,11 +31,11 @@ test: deps lint ## Install what is missing, then run every test (with -race) aga
 
 .PHONY: test-java
 test-java: java-deps .bin/lockd .bin/wechat-fake ## Build the Java client and run its tests against lockd processes.
-	LOCKD_BIN=$(CURDIR)/.bin/lockd WECHAT_FAKE_BIN=$(CURDIR)/.bin/wechat-fake clients/java/build.sh test
+	LOCKD_BIN=$(CURDIR)/.bin/lockd WECHAT_FAKE_BIN=$(CURDIR)/.bin/wechat-fake client-java/build.sh test
 
 .PHONY: test-node
 test-node: node-deps .bin/lockd .bin/wechat-fake ## Run the Node client's tests against lockd processes.
-	cd clients/node && LOCKD_BIN=$(CURDIR)/.bin/lockd WECHAT_FAKE_BIN=$(CURDIR)/.bin/wechat-fake npm test
+	cd client-node && LOCKD_BIN=$(CURDIR)/.bin/lockd WECHAT_FAKE_BIN=$(CURDIR)/.bin/wechat-fake npm test
 
 # The client tests run these binaries as processes; go build is a no-op when
 # nothing changed.
@@ -63,7 +63,7 @@ node-deps: deps ## Install the Node client's packages (npm ci, from package-lock
 	  $$sudo apt-get update -qq; \
 	  DEBIAN_FRONTEND=noninteractive $$sudo apt-get install -y -qq --no-install-recommends nodejs npm >/dev/null; \
 	fi
-	cd clients/node && npm ci --no-audit --no-fund
+	cd client-node && npm ci --no-audit --no-fund
 
 .PHONY: deps
 deps: ## Install redis-server, docker-compose, curl and chromium from Debian when missing.

@@ -2,7 +2,7 @@
 # Builds lockd's Java client with javac against Debian's jars in /usr/share/java
 # and runs its JUnit tests. See README.md for why there is no Maven here.
 #
-#   ./build.sh jar    generate stubs from ../../proto, compile, write build/lockd-client.jar
+#   ./build.sh jar    generate stubs from ../proto, compile, write build/lockd-client.jar
 #   ./build.sh test   the jar, then the tests against real lockd and redis-server processes
 #                     (LOCKD_BIN and WECHAT_FAKE_BIN name prebuilt binaries; otherwise the
 #                     tests build them with go; JUNIT_SELECT="--select-class io.lockd.client.LossTest"
@@ -34,16 +34,16 @@ build_jar() {
   rm -rf build/gen build/classes
   mkdir -p build/gen build/classes
   # Stubs come from the protos at every build, so they cannot go stale; they are not committed.
-  protoc -I../../proto -I/usr/include \
+  protoc -I../proto -I/usr/include \
     --java_out=build/gen \
     --plugin=protoc-gen-grpc-java="$(command -v grpc_java_plugin)" --grpc-java_out=build/gen \
-    ../../proto/lockd/v1/*.proto
+    ../proto/lockd/v1/*.proto
   javac --release 11 -encoding UTF-8 -nowarn -cp "$CP" -d build/classes \
     $(find build/gen -name '*.java') >/dev/null
   javac --release 11 -encoding UTF-8 -Xlint:all,-processing -Werror -cp "$CP:build/classes" -d build/classes \
     $(find src/main/java -name '*.java')
   jar --create --file build/lockd-client.jar -C build/classes .
-  echo "wrote clients/java/build/lockd-client.jar"
+  echo "wrote client-java/build/lockd-client.jar"
 }
 
 run_tests() {
