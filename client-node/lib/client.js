@@ -81,7 +81,10 @@ class LockdClient {
     try {
       result = await fn(lease);
     } finally {
-      await lease.release();
+      // A lost lease's release rejects with its loss, thrown below unless fn threw.
+      await lease.release().catch((e) => {
+        if (e !== lease.lostError) throw e;
+      });
     }
     if (lease.lostError) throw lease.lostError;
     return result;
@@ -202,7 +205,9 @@ class LockdClient {
     try {
       result = await fn(l);
     } finally {
-      await l.resign().catch((e) => process.emitWarning(`resigning ${name} failed: ${e.message}`));
+      await l.resign().catch((e) => {
+        if (e !== l.lostError) process.emitWarning(`resigning ${name} failed: ${e.message}`);
+      });
     }
     if (l.lostError) throw l.lostError;
     return result;
