@@ -9,12 +9,14 @@ GO ?= go
 # HTTP/JSON examples) and chromium (the admin page's browser test).
 APT_PACKAGES := redis-server redis-tools docker-compose curl chromium
 # Debian packages the Java client builds and tests with: grpc-java and
-# protobuf jars, protoc with the grpc-java plugin, JUnit 5 (and openssl for
-# the TLS tests). Maven Central is out of reach; see client-java/README.md.
+# protobuf jars, netty-tcnative (TLS with ALPN on Debian's netty), protoc with
+# the grpc-java plugin, JUnit 5, Maven's model builder (to read pom.xml) and
+# openssl for the TLS tests. Maven Central is out of reach; see
+# client-java/README.md.
 JAVA_APT_PACKAGES := protobuf-compiler protobuf-compiler-grpc-java-plugin libprotobuf-dev \
   libgrpc-java libprotobuf-java libgoogle-common-protos-java libguava-java libnetty-java \
   libperfmark-java libgoogle-gson-java libjsr305-java libgeronimo-annotation-1.3-spec-java \
-  junit5 openssl
+  libnetty-tcnative-java libnetty-tcnative-jni maven junit5 openssl
 
 .PHONY: help
 help: ## List the targets.

@@ -1,7 +1,11 @@
 package io.lockd.client;
 
+import io.grpc.ChannelCredentials;
+import io.grpc.Grpc;
+import io.grpc.InsecureChannelCredentials;
 import io.grpc.ManagedChannel;
-import io.grpc.netty.NettyChannelBuilder;
+import io.grpc.ManagedChannelBuilder;
+import io.grpc.TlsChannelCredentials;
 import io.lockd.v1.AcquireRequest;
 import io.lockd.v1.AcquireResponse;
 import io.lockd.v1.CampaignRequest;
@@ -17,8 +21,8 @@ import io.lockd.v1.SemaphoreServiceAcquireRequest;
 import io.lockd.v1.SemaphoreServiceAcquireResponse;
 import io.lockd.v1.SemaphoreServiceGrpc;
 import io.grpc.Status;
-import io.netty.handler.ssl.SslContext;
 import java.io.IOException;
+import java.io.UncheckedIOException;
 import java.net.InetAddress;
 import java.nio.file.Path;
 import java.time.Duration;
@@ -68,16 +72,21 @@ public final class LockdClient implements AutoCloseable {
 
   private LockdClient(Builder b) {
     List<ManagedChannel> channels = new ArrayList<>();
-    SslContext ssl = b.sslContext();
+    ChannelCredentials credentials = b.credentials();
     for (String t : b.targets) {
-      NettyChannelBuilder cb = NettyChannelBuilder.forTarget(t);
-      if (ssl != null) {
-        cb.sslContext(ssl);
-        if (b.authority != null) {
-          cb.overrideAuthority(b.authority);
-        }
-      } else {
-        cb.usePlaintext();
+      ManagedChannelBuilder<?> cb;
+      try {
+        cb = Grpc.newChannelBuilder(t, credentials);
+      } catch (UnsupportedOperationException noAlpn) {
+        // Debian's netty has no JDK ALPN: it needs netty-tcnative (see build.sh).
+        throw new IllegalStateException(
+            "TLS needs ALPN, which this netty cannot offer: " + noAlpn.getMessage()
+                + " (with Debian's netty, put netty-tcnative on the classpath and its library,"
+                + " named libnetty_tcnative.so, on java.library.path)",
+            noAlpn);
+      }
+      if (b.tls && b.authority != null) {
+        cb.overrideAuthority(b.authority);
       }
       channels.add(cb.build());
     }
@@ -306,10 +315,14 @@ public final class LockdClient implements AutoCloseable {
   @Override
   public void close() {
     for (Leadership l : List.copyOf(leading)) {
-      l.close();
+      try {
+        l.close();
+      } catch (LeaseLostException lost) {
+        // Lost meanwhile, and reported through its own lost().
+      }
     }
     for (Lease l : List.copyOf(open)) {
-      l.close();
+      l.discard();
     }
     for (Lease l : List.copyOf(open)) {
       l.abandon();
@@ -586,8 +599,26 @@ public final class LockdClient implements AutoCloseable {
       return new LockdClient(this);
     }
 
-    private SslContext sslContext() {
-      return tls ? ClientTls.context(trust, clientCert, clientKey) : null;
+    /**
+     * The channels' credentials: TLS through grpc's own {@link TlsChannelCredentials}, which any
+     * transport on the classpath (grpc-netty, grpc-netty-shaded, grpc-okhttp) understands.
+     */
+    private ChannelCredentials credentials() {
+      if (!tls) {
+        return InsecureChannelCredentials.create();
+      }
+      TlsChannelCredentials.Builder c = TlsChannelCredentials.newBuilder();
+      try {
+        if (trust != null) {
+          c.trustManager(trust.toFile());
+        }
+        if (clientCert != null) {
+          c.keyManager(clientCert.toFile(), clientKey.toFile());
+        }
+      } catch (IOException e) {
+        throw new UncheckedIOException("TLS setup: " + e.getMessage(), e);
+      }
+      return c.build();
     }
 
     private static Duration positive(Duration d, String what) {
