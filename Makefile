@@ -17,6 +17,12 @@ JAVA_APT_PACKAGES := protobuf-compiler protobuf-compiler-grpc-java-plugin libpro
   libgrpc-java libprotobuf-java libgoogle-common-protos-java libguava-java libnetty-java \
   libperfmark-java libgoogle-gson-java libjsr305-java libgeronimo-annotation-1.3-spec-java \
   libnetty-tcnative-java libnetty-tcnative-jni maven junit5 openssl
+# Debian packages the Python client builds and tests with (/usr/bin/python3,
+# never a python3 from PATH): grpcio and protobuf, setuptools, wheel, pip and
+# venv to build and install its wheel, protoc with grpc_python_plugin to
+# generate its stubs, and openssl for the TLS tests. PyPI is out of reach.
+PYTHON_APT_PACKAGES := python3 python3-grpcio python3-protobuf python3-setuptools python3-wheel \
+  python3-pip python3-venv protobuf-compiler protobuf-compiler-grpc openssl
 
 .PHONY: help
 help: ## List the targets.
@@ -27,9 +33,9 @@ run: ## Run lockd on its embedded store (127.0.0.1:50051), ready for grpcurl.
 	$(GO) run ./cmd/lockd $(ARGS)
 
 .PHONY: test
-test: deps lint ## Install what is missing, then run every test (with -race) against real Redis.
+test: deps python-deps lint ## Install what is missing, then run every test (with -race) against real Redis.
 	$(GO) test -race -count=1 -timeout 20m ./...
-	@$(MAKE) test-java test-node
+	@$(MAKE) test-java test-node test-python
 
 .PHONY: test-java
 test-java: java-deps .bin/lockd .bin/wechat-fake ## Build the Java client and run its tests against lockd processes.
@@ -38,6 +44,11 @@ test-java: java-deps .bin/lockd .bin/wechat-fake ## Build the Java client and ru
 .PHONY: test-node
 test-node: node-deps .bin/lockd .bin/wechat-fake ## Run the Node client's tests against lockd processes.
 	cd client-node && LOCKD_BIN=$(CURDIR)/.bin/lockd WECHAT_FAKE_BIN=$(CURDIR)/.bin/wechat-fake npm test
+
+.PHONY: test-python
+test-python: python-deps .bin/lockd .bin/wechat-fake ## Run the Python client's tests (Debian's python3) against lockd processes.
+	cd client-python && LOCKD_BIN=$(CURDIR)/.bin/lockd WECHAT_FAKE_BIN=$(CURDIR)/.bin/wechat-fake \
+	  /usr/bin/python3 -m unittest discover -s tests -t . -v
 
 # The client tests run these binaries as processes; go build is a no-op when
 # nothing changed.
@@ -50,6 +61,17 @@ java-deps: deps ## Install the Debian packages the Java client needs when missin
 	@missing=(); \
 	command -v javac >/dev/null || missing+=(openjdk-17-jdk-headless); \
 	for p in $(JAVA_APT_PACKAGES); do dpkg -s "$$p" >/dev/null 2>&1 || missing+=("$$p"); done; \
+	if (( $${#missing[@]} )); then \
+	  echo "installing $${missing[*]} from Debian"; \
+	  sudo=; [ "$$(id -u)" = 0 ] || sudo=sudo; \
+	  $$sudo apt-get update -qq; \
+	  DEBIAN_FRONTEND=noninteractive $$sudo apt-get install -y -qq --no-install-recommends "$${missing[@]}" >/dev/null; \
+	fi
+
+.PHONY: python-deps
+python-deps: deps ## Install the Debian packages the Python client needs when missing.
+	@missing=(); \
+	for p in $(PYTHON_APT_PACKAGES); do dpkg -s "$$p" >/dev/null 2>&1 || missing+=("$$p"); done; \
 	if (( $${#missing[@]} )); then \
 	  echo "installing $${missing[*]} from Debian"; \
 	  sudo=; [ "$$(id -u)" = 0 ] || sudo=sudo; \
@@ -94,13 +116,16 @@ lint: ## buf lint and format, go vet, gofmt, generated code current, compose syn
 	@if command -v docker-compose >/dev/null; then docker-compose -f docker-compose.yml config -q && echo "docker-compose.yml: ok"; fi
 
 .PHONY: generate
-generate: ## Regenerate gen/ from proto/.
+generate: ## Regenerate gen/ and the Python client's stubs from proto/.
 	$(GO) tool buf generate
+	@if command -v grpc_python_plugin >/dev/null; then client-python/generate.sh; \
+	else echo "grpc_python_plugin missing (make python-deps): client-python/lockd/v1 not regenerated"; fi
 
 .PHONY: checkgenerate
 checkgenerate: generate
-	@if [ -n "$$(git status --porcelain -- gen)" ]; then \
-	  echo "gen/ is stale: run make generate and commit"; git status --porcelain -- gen; exit 1; fi
+	@if [ -n "$$(git status --porcelain -- gen client-python/lockd/v1)" ]; then \
+	  echo "generated code is stale: run make generate and commit"; \
+	  git status --porcelain -- gen client-python/lockd/v1; exit 1; fi
 
 .PHONY: bench
 bench: deps bench-deps ## Run the benchmarks (lockd beside etcd) and write BENCHMARKS.md; BENCH_LONG=1 adds the runs that take minutes.
