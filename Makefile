@@ -6,8 +6,9 @@ MAKEFLAGS += --no-print-directory
 GO ?= go
 # Packages Debian must provide for the tests: real Redis servers,
 # docker-compose (to check docker-compose.yml), curl (the README's
-# HTTP/JSON examples) and chromium (the admin page's browser test).
-APT_PACKAGES := redis-server redis-tools docker-compose curl chromium
+# HTTP/JSON examples), chromium (the admin page's browser test) and
+# prometheus (its promtool checks the alert rules and dashboard of deploy/).
+APT_PACKAGES := redis-server redis-tools docker-compose curl chromium prometheus
 # Debian packages the Java client builds and tests with: grpc-java and
 # protobuf jars, netty-tcnative (TLS with ALPN on Debian's netty), protoc with
 # the grpc-java plugin, JUnit 5, Maven's model builder (to read pom.xml) and
@@ -26,16 +27,24 @@ PYTHON_APT_PACKAGES := python3 python3-grpcio python3-protobuf python3-setuptool
 
 .PHONY: help
 help: ## List the targets.
-	@grep -hE '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  %-10s %s\n", $$1, $$2}'
+	@grep -hE '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  %-12s %s\n", $$1, $$2}'
 
 .PHONY: run
 run: ## Run lockd on its embedded store (127.0.0.1:50051), ready for grpcurl.
 	$(GO) run ./cmd/lockd $(ARGS)
 
 .PHONY: test
-test: deps python-deps lint ## Install what is missing, then run every test (with -race) against real Redis.
+test: deps valkey-deps python-deps lint ## Install what is missing, then run every test (with -race) against real Redis.
 	$(GO) test -race -count=1 -timeout 20m ./...
-	@$(MAKE) test-java test-node test-python
+	@$(MAKE) test-deploy test-valkey test-java test-node test-python
+
+.PHONY: test-deploy
+test-deploy: deps ## Check deploy/'s Prometheus config and alert rules; run the rules' promtool unit tests.
+	cd deploy/prometheus && promtool check config prometheus.yml && promtool test rules lockd-alerts.test.yml
+
+.PHONY: test-valkey
+test-valkey: valkey-deps ## Run the engine's and the token broker's suites on Valkey (single, Sentinel, Cluster).
+	REDISTEST_SERVER=valkey-server $(GO) test -race -count=1 -timeout 20m ./internal/redislock/ ./internal/token/
 
 .PHONY: test-java
 test-java: java-deps .bin/lockd .bin/wechat-fake ## Build the Java client and run its tests against lockd processes.
@@ -68,6 +77,21 @@ java-deps: deps ## Install the Debian packages the Java client needs when missin
 	  DEBIAN_FRONTEND=noninteractive $$sudo apt-get install -y -qq --no-install-recommends "$${missing[@]}" >/dev/null; \
 	fi
 
+.PHONY: valkey-deps
+valkey-deps: ## Install valkey-server from Debian bookworm-backports when missing.
+	@if ! command -v valkey-server >/dev/null; then \
+	  echo "installing valkey-server from Debian bookworm-backports"; \
+	  sudo=; [ "$$(id -u)" = 0 ] || sudo=sudo; \
+	  if ! grep -rqs 'bookworm-backports' /etc/apt/sources.list /etc/apt/sources.list.d/; then \
+	    echo 'deb http://deb.debian.org/debian bookworm-backports main' | \
+	      $$sudo tee /etc/apt/sources.list.d/bookworm-backports.list >/dev/null; \
+	  fi; \
+	  $$sudo apt-get update -qq; \
+	  DEBIAN_FRONTEND=noninteractive $$sudo apt-get install -y -qq --no-install-recommends \
+	    -t bookworm-backports valkey-server >/dev/null; \
+	fi
+	@valkey-server --version
+
 .PHONY: python-deps
 python-deps: deps ## Install the Debian packages the Python client needs when missing.
 	@missing=(); \
@@ -90,9 +114,10 @@ node-deps: deps ## Install the Node client's packages (npm ci, from package-lock
 	cd client-node && npm ci --no-audit --no-fund
 
 .PHONY: deps
-deps: ## Install redis-server, docker-compose, curl and chromium from Debian when missing.
+deps: ## Install redis-server, docker-compose, curl, chromium and promtool from Debian when missing.
 	@missing=(); \
 	command -v redis-server >/dev/null || missing+=(redis-server); \
+	command -v promtool >/dev/null || missing+=(prometheus); \
 	command -v redis-cli >/dev/null || missing+=(redis-tools); \
 	command -v docker-compose >/dev/null || missing+=(docker-compose); \
 	command -v curl >/dev/null || missing+=(curl); \
