@@ -1,11 +1,6 @@
 package io.lockd.client;
 
-import io.grpc.ChannelCredentials;
-import io.grpc.Grpc;
-import io.grpc.InsecureChannelCredentials;
 import io.grpc.ManagedChannel;
-import io.grpc.ManagedChannelBuilder;
-import io.grpc.TlsChannelCredentials;
 import io.lockd.v1.AcquireRequest;
 import io.lockd.v1.AcquireResponse;
 import io.lockd.v1.CampaignRequest;
@@ -22,7 +17,6 @@ import io.lockd.v1.SemaphoreServiceAcquireResponse;
 import io.lockd.v1.SemaphoreServiceGrpc;
 import io.grpc.Status;
 import java.io.IOException;
-import java.io.UncheckedIOException;
 import java.net.InetAddress;
 import java.nio.file.Path;
 import java.time.Duration;
@@ -71,25 +65,8 @@ public final class LockdClient implements AutoCloseable {
   final ConcurrentHashMap<String, LockdLock.Hold> holds = new ConcurrentHashMap<>();
 
   private LockdClient(Builder b) {
-    List<ManagedChannel> channels = new ArrayList<>();
-    ChannelCredentials credentials = b.credentials();
-    for (String t : b.targets) {
-      ManagedChannelBuilder<?> cb;
-      try {
-        cb = Grpc.newChannelBuilder(t, credentials);
-      } catch (UnsupportedOperationException noAlpn) {
-        // Debian's netty has no JDK ALPN: it needs netty-tcnative (see build.sh).
-        throw new IllegalStateException(
-            "TLS needs ALPN, which this netty cannot offer: " + noAlpn.getMessage()
-                + " (with Debian's netty, put netty-tcnative on the classpath and its library,"
-                + " named libnetty_tcnative.so, on java.library.path)",
-            noAlpn);
-      }
-      if (b.tls && b.authority != null) {
-        cb.overrideAuthority(b.authority);
-      }
-      channels.add(cb.build());
-    }
+    List<ManagedChannel> channels =
+        ClientChannels.open(b.targets, b.tls, b.trust, b.clientCert, b.clientKey, b.authority);
     ScheduledThreadPoolExecutor scheduler =
         new ScheduledThreadPoolExecutor(1, daemon("lockd-client-timer"));
     scheduler.setRemoveOnCancelPolicy(true);
@@ -597,28 +574,6 @@ public final class LockdClient implements AutoCloseable {
         throw new IllegalStateException("no target: call target(\"127.0.0.1:50051\")");
       }
       return new LockdClient(this);
-    }
-
-    /**
-     * The channels' credentials: TLS through grpc's own {@link TlsChannelCredentials}, which any
-     * transport on the classpath (grpc-netty, grpc-netty-shaded, grpc-okhttp) understands.
-     */
-    private ChannelCredentials credentials() {
-      if (!tls) {
-        return InsecureChannelCredentials.create();
-      }
-      TlsChannelCredentials.Builder c = TlsChannelCredentials.newBuilder();
-      try {
-        if (trust != null) {
-          c.trustManager(trust.toFile());
-        }
-        if (clientCert != null) {
-          c.keyManager(clientCert.toFile(), clientKey.toFile());
-        }
-      } catch (IOException e) {
-        throw new UncheckedIOException("TLS setup: " + e.getMessage(), e);
-      }
-      return c.build();
     }
 
     private static Duration positive(Duration d, String what) {
