@@ -8,6 +8,12 @@
 // stopped when the test ends. A missing redis-server binary fails the test,
 // it never skips it: `make test` installs the binary.
 //
+// The environment variable REDISTEST_SERVER names another server binary (a
+// name looked up in PATH, or a path) to run in place of redis-server, for
+// example valkey-server: `make test-valkey` runs the engine's and the token
+// broker's suites that way. It starts the Sentinels too (`--sentinel`);
+// Clusters are still joined with redis-cli.
+//
 // The waits are generous (tens of seconds, always with a deadline) so that
 // the harness holds up on a loaded two-core machine; a failure names what was
 // awaited and shows the tail of the server's log.
@@ -100,7 +106,7 @@ func Start(tb testing.TB, opts ...Option) *Server {
 	for _, opt := range opts {
 		opt(&o)
 	}
-	s := &Server{bin: binary(tb, "redis-server"), dir: tb.TempDir(), opts: o}
+	s := &Server{bin: binary(tb, ServerBinary()), dir: tb.TempDir(), opts: o}
 	if o.sentinel != nil {
 		o.sentinel(s)
 	}
@@ -413,40 +419,6 @@ func (s *Server) LogTail() string {
 	n := s.incarnation
 	s.mu.Unlock()
 	return logTail(filepath.Join(s.dir, fmt.Sprintf("%s-%d.log", s.kind(), n)))
-}
-
-var (
-	binMu    sync.Mutex
-	binPaths = map[string]string{}
-)
-
-// binary finds a Redis executable or fails the test.
-func binary(tb testing.TB, name string) string {
-	tb.Helper()
-	binMu.Lock()
-	defer binMu.Unlock()
-	if p, ok := binPaths[name]; ok {
-		return p
-	}
-	p, err := exec.LookPath(name)
-	if err != nil {
-		for _, dir := range []string{"/usr/bin", "/usr/local/bin", "/opt/homebrew/bin"} {
-			if c := filepath.Join(dir, name); isExecutable(c) {
-				p, err = c, nil
-				break
-			}
-		}
-	}
-	if err != nil {
-		tb.Fatalf("%s not found: run `make test`, which installs it", name)
-	}
-	binPaths[name] = p
-	return p
-}
-
-func isExecutable(path string) bool {
-	fi, err := os.Stat(path)
-	return err == nil && fi.Mode().IsRegular() && fi.Mode()&0o111 != 0
 }
 
 var (

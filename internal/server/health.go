@@ -53,6 +53,14 @@ func watchHealth(ctx context.Context, hs *health.Server, ping func(context.Conte
 	}
 }
 
+// servingOf reads hs's overall status, for the lockd_serving gauge.
+func servingOf(hs *health.Server) func() bool {
+	return func() bool {
+		res, err := hs.Check(context.Background(), &healthpb.HealthCheckRequest{})
+		return err == nil && res.GetStatus() == healthpb.HealthCheckResponse_SERVING
+	}
+}
+
 func httpHandler(hs *health.Server, metrics, ui http.Handler) http.Handler {
 	mux := http.NewServeMux()
 	mux.Handle("GET /metrics", metrics)

@@ -288,6 +288,7 @@ func Run(ctx context.Context, cfg Config) error {
 	// back) before the engine and Redis close, even after a forced Stop.
 	gate := newGate(authn, cfg.Transport.MaxHealthStreams, refused, conns)
 	hs := health.NewServer()
+	tel.RegisterServing(servingOf(hs))
 	elections, semaphores := service.NewElectionServer(locks), service.NewSemaphoreServer(locks)
 	admin := service.NewAdminServer(locks, tokens.tokens)
 	// newServer returns a gRPC server of lockd's services on transport t,

@@ -62,13 +62,15 @@ func modeLabel(i int) string {
 
 // LockMetrics records the lock engine's events as lockd_lock_grants_total
 // {mode}, lockd_lock_wait_seconds {mode, outcome}, lockd_lock_hold_seconds
-// {mode} and lockd_lock_lost_total. It implements [redislock.Observer]
-// without allocating. A nil *LockMetrics records nothing.
+// {mode}, lockd_lock_lost_total and lockd_lock_data_loss_total. It
+// implements [redislock.DataLossObserver] without allocating. A nil
+// *LockMetrics records nothing.
 type LockMetrics struct {
-	grants metric.Int64Counter
-	wait   metric.Float64Histogram
-	hold   metric.Float64Histogram
-	lost   metric.Int64Counter
+	grants   metric.Int64Counter
+	wait     metric.Float64Histogram
+	hold     metric.Float64Histogram
+	lost     metric.Int64Counter
+	dataLoss metric.Int64Counter
 
 	// Precomputed per mode, so that the hot path builds no attribute sets.
 	grantOpts   [modes][]metric.AddOption
@@ -77,7 +79,7 @@ type LockMetrics struct {
 	holdOpts    [modes][]metric.RecordOption
 }
 
-var _ redislock.Observer = (*LockMetrics)(nil)
+var _ redislock.DataLossObserver = (*LockMetrics)(nil)
 
 // newLockMetrics creates the lock instruments on meter.
 func newLockMetrics(meter metric.Meter) (*LockMetrics, error) {
@@ -105,9 +107,15 @@ func newLockMetrics(meter metric.Meter) (*LockMetrics, error) {
 		metric.WithUnit("{lease}")); err != nil {
 		return nil, err
 	}
-	// Export the count from the start, at 0: an alert on its rate must not
-	// wait for the first loss to find the series.
+	if m.dataLoss, err = meter.Int64Counter("lockd.lock.data_loss",
+		metric.WithDescription("Times this replica learnt that Redis lost lockd's data (a restart without it, a failover to a lagging replica) and new grants were held back for the data-loss grace."),
+		metric.WithUnit("{event}")); err != nil {
+		return nil, err
+	}
+	// Export the counts from the start, at 0: an alert on their rate must
+	// not wait for the first event to find the series.
 	m.lost.Add(context.Background(), 0)
+	m.dataLoss.Add(context.Background(), 0)
 	for i := range modes {
 		mode := attribute.String("mode", modeLabel(i))
 		m.grantOpts[i] = []metric.AddOption{metric.WithAttributeSet(attribute.NewSet(mode))}
@@ -151,6 +159,14 @@ func (m *LockMetrics) Lost() {
 		return
 	}
 	m.lost.Add(context.Background(), 1)
+}
+
+// DataLoss counts a data loss the engine learnt of.
+func (m *LockMetrics) DataLoss() {
+	if m == nil {
+		return
+	}
+	m.dataLoss.Add(context.Background(), 1)
 }
 
 // ErrcodeTransport is the errcode label of upstream calls that got no

@@ -1,0 +1,9 @@
+'use strict';
+// @lockd/client: lockd's Node client. See client-node/README.md.
+const { LockdClient } = require('./client');
+const { Lease } = require('./lease');
+const { Leadership, ElectionObserver } = require('./leadership');
+const { LockdError, LeaseLostError } = require('./errors');
+const { status } = require('@grpc/grpc-js');
+
+module.exports = { LockdClient, Lease, Leadership, ElectionObserver, LockdError, LeaseLostError, status };
