@@ -13,7 +13,7 @@ APT_PACKAGES := redis-server redis-tools docker-compose curl chromium prometheus
 # protobuf jars, netty-tcnative (TLS with ALPN on Debian's netty), protoc with
 # the grpc-java plugin, JUnit 5, Maven's model builder (to read pom.xml) and
 # openssl for the TLS tests. Maven Central is out of reach; see
-# client-java/README.md.
+# clients/java/README.md.
 JAVA_APT_PACKAGES := protobuf-compiler protobuf-compiler-grpc-java-plugin libprotobuf-dev \
   libgrpc-java libprotobuf-java libgoogle-common-protos-java libguava-java libnetty-java \
   libperfmark-java libgoogle-gson-java libjsr305-java libgeronimo-annotation-1.3-spec-java \
@@ -58,15 +58,15 @@ test-go-client: .bin/lockd ## Run the Go client module's tests and examples agai
 
 .PHONY: test-java
 test-java: java-deps .bin/lockd .bin/wechat-fake ## Build the Java client and run its tests against lockd processes.
-	LOCKD_BIN=$(CURDIR)/.bin/lockd WECHAT_FAKE_BIN=$(CURDIR)/.bin/wechat-fake client-java/build.sh test
+	LOCKD_BIN=$(CURDIR)/.bin/lockd WECHAT_FAKE_BIN=$(CURDIR)/.bin/wechat-fake clients/java/build.sh test
 
 .PHONY: test-node
 test-node: node-deps .bin/lockd .bin/wechat-fake ## Run the Node client's tests against lockd processes.
-	cd client-node && LOCKD_BIN=$(CURDIR)/.bin/lockd WECHAT_FAKE_BIN=$(CURDIR)/.bin/wechat-fake npm test
+	cd clients/node && LOCKD_BIN=$(CURDIR)/.bin/lockd WECHAT_FAKE_BIN=$(CURDIR)/.bin/wechat-fake npm test
 
 .PHONY: test-python
 test-python: python-deps .bin/lockd .bin/wechat-fake ## Run the Python client's tests (Debian's python3) against lockd processes.
-	cd client-python && LOCKD_BIN=$(CURDIR)/.bin/lockd WECHAT_FAKE_BIN=$(CURDIR)/.bin/wechat-fake \
+	cd clients/python && LOCKD_BIN=$(CURDIR)/.bin/lockd WECHAT_FAKE_BIN=$(CURDIR)/.bin/wechat-fake \
 	  /usr/bin/python3 -m unittest discover -s tests -t . -v
 
 .PHONY: test-examples
@@ -126,7 +126,7 @@ node-deps: deps ## Install the Node client's packages (npm ci, from package-lock
 	  $$sudo apt-get update -qq; \
 	  DEBIAN_FRONTEND=noninteractive $$sudo apt-get install -y -qq --no-install-recommends nodejs npm >/dev/null; \
 	fi
-	cd client-node && npm ci --no-audit --no-fund
+	cd clients/node && npm ci --no-audit --no-fund
 
 .PHONY: deps
 deps: ## Install redis-server, docker-compose, curl, chromium and promtool from Debian when missing.
@@ -161,14 +161,14 @@ lint: ## buf lint and format; go vet, gofmt and go mod tidy over every Go module
 .PHONY: generate
 generate: ## Regenerate gen/lockd/v1 (messages, gRPC stubs), internal/gw (HTTP gateway) and the Python client's stubs from proto/.
 	$(GO) tool buf generate
-	@if command -v grpc_python_plugin >/dev/null; then client-python/generate.sh; \
-	else echo "grpc_python_plugin missing (make python-deps): client-python/lockd/v1 not regenerated"; fi
+	@if command -v grpc_python_plugin >/dev/null; then clients/python/generate.sh; \
+	else echo "grpc_python_plugin missing (make python-deps): clients/python/lockd/v1 not regenerated"; fi
 
 .PHONY: checkgenerate
 checkgenerate: generate
-	@if [ -n "$$(git status --porcelain -- gen internal/gw client-python/lockd/v1)" ]; then \
+	@if [ -n "$$(git status --porcelain -- gen internal/gw clients/python/lockd/v1)" ]; then \
 	  echo "generated code is stale: run make generate and commit"; \
-	  git status --porcelain -- gen internal/gw client-python/lockd/v1; exit 1; fi
+	  git status --porcelain -- gen internal/gw clients/python/lockd/v1; exit 1; fi
 
 .PHONY: bench
 bench: deps bench-deps ## Run the benchmarks (lockd beside etcd) and write BENCHMARKS.md; BENCH_LONG=1 adds the runs that take minutes.

@@ -445,7 +445,7 @@ func newBroker(rdb redis.UniversalClient, file *config.Config, opts token.Option
 	var apps []token.App
 	if file != nil {
 		for _, a := range file.Apps {
-			apps = append(apps, token.App{Name: a.Name, Upstream: a.WeChat()})
+			apps = append(apps, token.App{Name: a.Name, Upstream: a.Upstream()})
 		}
 	}
 	b, err := token.New(rdb, apps, opts)

@@ -3,7 +3,7 @@
 # and runs its JUnit tests. pom.xml describes the same jar for Maven and Gradle
 # users; see README.md for why it is not built with Maven here.
 #
-#   ./build.sh jar    generate stubs from ../proto, compile, write build/lockd-client.jar
+#   ./build.sh jar    generate stubs from ../../proto, compile, write build/lockd-client.jar
 #   ./build.sh test   the jar, then the tests against real lockd and redis-server processes
 #                     (LOCKD_BIN and WECHAT_FAKE_BIN name prebuilt binaries; otherwise the
 #                     tests build them with go; JUNIT_SELECT="--select-class io.lockd.client.LossTest"
@@ -54,19 +54,19 @@ build_jar() {
   rm -rf build/gen build/classes
   mkdir -p build/gen build/classes
   # Stubs come from the protos at every build, so they cannot go stale; they are not committed.
-  protoc -I../proto -I/usr/include \
+  protoc -I../../proto -I/usr/include \
     --java_out=build/gen \
     --plugin=protoc-gen-grpc-java="$(command -v grpc_java_plugin)" --grpc-java_out=build/gen \
-    ../proto/lockd/v1/*.proto
+    ../../proto/lockd/v1/*.proto
   javac --release 11 -encoding UTF-8 -nowarn -cp "$CP" -d build/classes \
     $(find build/gen -name '*.java') >/dev/null
   javac --release 11 -encoding UTF-8 -Xlint:all,-processing -Werror -cp "$CP:build/classes" -d build/classes \
     $(find src/main/java -name '*.java')
   mkdir -p build/classes/META-INF
-  cp ../LICENSE build/classes/META-INF/LICENSE
+  cp ../../LICENSE build/classes/META-INF/LICENSE
   jar --create --file build/lockd-client.jar -C build/classes .
   native_lib
-  echo "wrote client-java/build/lockd-client.jar"
+  echo "wrote clients/java/build/lockd-client.jar"
 }
 
 run_tests() {

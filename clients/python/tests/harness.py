@@ -17,7 +17,7 @@ import urllib.request
 from pathlib import Path
 from typing import Dict, List, Optional
 
-REPO = Path(__file__).resolve().parents[2]
+REPO = Path(__file__).resolve().parents[3]
 
 _started: List[subprocess.Popen] = []
 _bins: Dict[str, str] = {}

@@ -19,14 +19,14 @@ import org.apache.maven.model.Model;
 import org.junit.jupiter.api.Test;
 
 /**
- * client-java/example is an application laid out as Maven expects, depending on lockd-client by
+ * clients/java/example is an application laid out as Maven expects, depending on lockd-client by
  * its coordinates alone. It is compiled here against lockd-client.jar and the jars of the client's
  * pom (Debian's), and run in a JVM of its own against a lockd on real Redis.
  */
 class ExampleTest {
   @Test
   void theMavenShapedExampleBuildsAndRuns() throws Exception {
-    Path example = Processes.repoRoot().resolve("client-java/example");
+    Path example = Processes.repoRoot().resolve("clients/java/example");
     Model app = PomTest.effective(example.resolve("pom.xml"));
     Model client = PomTest.effective(PomTest.pom());
     List<Dependency> deps = app.getDependencies();

@@ -9,7 +9,7 @@ const protoLoader = require('@grpc/proto-loader');
 
 const FILES = ['lockd/v1/lock.proto', 'lockd/v1/token.proto', 'lockd/v1/election.proto', 'lockd/v1/semaphore.proto'];
 const OWN = path.join(__dirname, '..', 'proto');
-const REPO = path.join(__dirname, '..', '..', 'proto');
+const REPO = path.join(__dirname, '..', '..', '..', 'proto');
 
 function protoDir() {
   for (const dir of [OWN, REPO]) {

@@ -7,7 +7,7 @@ const fs = require('node:fs');
 const path = require('node:path');
 
 const pkg = path.join(__dirname, '..');
-const repo = path.join(pkg, '..');
+const repo = path.join(pkg, '..', '..');
 // [what to copy, the top entry to remove again]; only .proto files of proto/.
 const copies = [
   ['proto/lockd/v1', 'proto'],

@@ -17,7 +17,7 @@ process.on('exit', () => {
   }
 });
 
-const repoRoot = path.resolve(__dirname, '..', '..');
+const repoRoot = path.resolve(__dirname, '..', '..', '..');
 const bins = {};
 
 function binary(env, name, pkg) {

@@ -1,5 +1,5 @@
 'use strict';
-// @lockd/client: lockd's Node client. See client-node/README.md.
+// @lockd/client: lockd's Node client. See clients/node/README.md.
 const { LockdClient } = require('./client');
 const { Lease } = require('./lease');
 const { Leadership, ElectionObserver } = require('./leadership');

@@ -54,7 +54,7 @@ class PomTest {
   }
 
   static Path pom() {
-    return Processes.repoRoot().resolve("client-java/pom.xml");
+    return Processes.repoRoot().resolve("clients/java/pom.xml");
   }
 
   /** The jars of the client's runtime classpath as build.sh passes it, by real path. */
@@ -111,7 +111,7 @@ class PomTest {
     // jdeps lists the jars the client's classes (and their stubs) refer to directly.
     ToolProvider jdeps = ToolProvider.findFirst("jdeps").orElseThrow();
     ByteArrayOutputStream out = new ByteArrayOutputStream();
-    String jar = Processes.repoRoot().resolve("client-java/build/lockd-client.jar").toString();
+    String jar = Processes.repoRoot().resolve("clients/java/build/lockd-client.jar").toString();
     int rc =
         jdeps.run(
             new PrintStream(out, true, StandardCharsets.UTF_8),
