@@ -84,13 +84,13 @@ func contractInvalidRequests(t *testing.T, b backend) {
 	}{
 		{"an empty key", ratelimit.Request{Limit: ok}, redislock.ErrInvalidKey, "key"},
 		{"a key with a control character", ratelimit.Request{Key: "a\nb", Limit: ok}, redislock.ErrInvalidKey, "control"},
-		{"a zero limit", ratelimit.Request{Key: "k", Limit: ratelimit.Limit{Period: time.Second}}, ratelimit.ErrInvalidLimit, "limit"},
-		{"no period", ratelimit.Request{Key: "k", Limit: ratelimit.Limit{Limit: 1}}, ratelimit.ErrInvalidLimit, "period"},
-		{"a period under a millisecond", ratelimit.Request{Key: "k", Limit: ratelimit.Limit{Limit: 1, Period: time.Microsecond}}, ratelimit.ErrInvalidLimit, "period"},
-		{"a period over a leap year", ratelimit.Request{Key: "k", Limit: ratelimit.Limit{Limit: 1, Period: ratelimit.MaxPeriod + time.Second}}, ratelimit.ErrInvalidLimit, "period"},
-		{"a cost over the burst", ratelimit.Request{Key: "k", Limit: ratelimit.Limit{Limit: 10, Period: time.Second, Burst: 3}, Cost: 4}, ratelimit.ErrInvalidLimit, "cost"},
-		{"a burst worth over a year", ratelimit.Request{Key: "k", Limit: ratelimit.Limit{Limit: 1, Period: ratelimit.MaxPeriod, Burst: 2}}, ratelimit.ErrInvalidLimit, "burst"},
-		{"a burst whose product passes 64 bits", ratelimit.Request{Key: "k", Limit: ratelimit.Limit{Limit: 1, Period: ratelimit.MaxPeriod, Burst: 1 << 31}}, ratelimit.ErrInvalidLimit, "burst"},
+		{"a zero limit", ratelimit.Request{Key: "k", Limit: ratelimit.Limit{Period: time.Second}}, ratelimit.ErrInvalidRequest, "limit"},
+		{"no period", ratelimit.Request{Key: "k", Limit: ratelimit.Limit{Limit: 1}}, ratelimit.ErrInvalidRequest, "period"},
+		{"a period under a millisecond", ratelimit.Request{Key: "k", Limit: ratelimit.Limit{Limit: 1, Period: time.Microsecond}}, ratelimit.ErrInvalidRequest, "period"},
+		{"a period over a leap year", ratelimit.Request{Key: "k", Limit: ratelimit.Limit{Limit: 1, Period: ratelimit.MaxPeriod + time.Second}}, ratelimit.ErrInvalidRequest, "period"},
+		{"a cost over the burst", ratelimit.Request{Key: "k", Limit: ratelimit.Limit{Limit: 10, Period: time.Second, Burst: 3}, Cost: 4}, ratelimit.ErrInvalidRequest, "cost"},
+		{"a burst worth over a year", ratelimit.Request{Key: "k", Limit: ratelimit.Limit{Limit: 1, Period: ratelimit.MaxPeriod, Burst: 2}}, ratelimit.ErrInvalidRequest, "burst"},
+		{"a burst whose product passes 64 bits", ratelimit.Request{Key: "k", Limit: ratelimit.Limit{Limit: 1, Period: ratelimit.MaxPeriod, Burst: 1 << 31}}, ratelimit.ErrInvalidRequest, "burst"},
 	} {
 		_, err := l.Take(ctxT(t, 10*time.Second), tc.req)
 		if !errors.Is(err, tc.want) || !strings.Contains(err.Error(), tc.says) {

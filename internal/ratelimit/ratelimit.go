@@ -42,9 +42,9 @@ import (
 )
 
 var (
-	// ErrInvalidLimit is returned for a limit, period, burst or cost out of
-	// range; the wrapping error names the field.
-	ErrInvalidLimit = errors.New("ratelimit: invalid limit")
+	// ErrInvalidRequest is returned for a limit, period, burst or cost out
+	// of range; the wrapping error names the field.
+	ErrInvalidRequest = errors.New("ratelimit: invalid request")
 	// ErrConflict is returned when a limiter is in use with another limit,
 	// period or burst: a caller cannot widen a limit by asking for another.
 	ErrConflict = errors.New("ratelimit: limiter in use with other parameters")
@@ -215,11 +215,11 @@ func check(l Limit, cost uint32) (params, error) {
 	burst := l.burst()
 	switch {
 	case l.Limit == 0:
-		return params{}, fmt.Errorf("%w: limit must be at least 1", ErrInvalidLimit)
+		return params{}, fmt.Errorf("%w: limit must be at least 1", ErrInvalidRequest)
 	case l.Period < MinPeriod || l.Period > MaxPeriod:
-		return params{}, fmt.Errorf("%w: period must lie in [%v, %v], got %v", ErrInvalidLimit, MinPeriod, MaxPeriod, l.Period)
+		return params{}, fmt.Errorf("%w: period must lie in [%v, %v], got %v", ErrInvalidRequest, MinPeriod, MaxPeriod, l.Period)
 	case cost > burst:
-		return params{}, fmt.Errorf("%w: cost %d is more than the burst %d: it could never be allowed", ErrInvalidLimit, cost, burst)
+		return params{}, fmt.Errorf("%w: cost %d is more than the burst %d: it could never be allowed", ErrInvalidRequest, cost, burst)
 	}
 	if cost == 0 {
 		cost = 1
@@ -229,7 +229,7 @@ func check(l Limit, cost uint32) (params, error) {
 	// worth of the limit keeps every instant well within 2^53 µs for Lua.
 	var ok bool
 	if p.tau, ok = p.times(p.burst); !ok || p.tau.q > uint64(MaxPeriod/time.Microsecond) {
-		return params{}, fmt.Errorf("%w: burst × period / limit must be at most %v (burst %d, period %v, limit %d)", ErrInvalidLimit, MaxPeriod, burst, l.Period, l.Limit)
+		return params{}, fmt.Errorf("%w: burst × period / limit must be at most %v (burst %d, period %v, limit %d)", ErrInvalidRequest, MaxPeriod, burst, l.Period, l.Limit)
 	}
 	p.inc, _ = p.times(uint64(cost)) // cost <= burst
 	return p, nil

@@ -101,6 +101,8 @@ type Telemetry struct {
 	keepAlive atomic.Pointer[func() int64]
 	pools     pools
 
+	rateLimits *RateLimitMetrics
+
 	shutdownOnce sync.Once
 	shutdownErr  error
 }
@@ -172,6 +174,9 @@ func Setup(ctx context.Context, opts Options) (*Telemetry, error) {
 
 	meter := t.mp.Meter(scopeName, metric.WithInstrumentationVersion(opts.ServiceVersion))
 	if t.locks, err = newLockMetrics(meter); err == nil {
+		t.rateLimits, err = newRateLimitMetrics(meter)
+	}
+	if err == nil {
 		if t.tokens, err = newTokenMetrics(meter); err == nil {
 			if err = t.registerKeepAliveGauge(meter); err == nil {
 				if err = t.registerPoolMetrics(meter); err == nil {
@@ -349,6 +354,10 @@ func (t *Telemetry) RegisterKeepAliveStreams(streams func() int64) {
 
 // Locks returns the lock metrics, to pass as redislock.Options.Observer.
 func (t *Telemetry) Locks() *LockMetrics { return t.locks }
+
+// RateLimits returns the rate limit metrics, to pass as
+// ratelimit.Options.Observer.
+func (t *Telemetry) RateLimits() *RateLimitMetrics { return t.rateLimits }
 
 // Tokens returns the token broker's metrics.
 func (t *Telemetry) Tokens() *TokenMetrics { return t.tokens }
