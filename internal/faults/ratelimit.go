@@ -98,7 +98,9 @@ func LockdTakers(replicas []lockdv1.RateLimitServiceClient) []Taker {
 	return out
 }
 
-type lockdTaker struct{ c lockdv1.RateLimitServiceClient }
+type lockdTaker struct {
+	c lockdv1.RateLimitServiceClient
+}
 
 func (t lockdTaker) Take(ctx context.Context, key string, rate Rate, cost int, wait time.Duration, requestID string) (bool, time.Duration, error) {
 	res, err := t.c.Take(ctx, &lockdv1.TakeRequest{
