@@ -29,6 +29,7 @@ var contract = []struct {
 	{"NothingLeftBehind", contractNothingLeftBehind},
 	{"RefusalWritesNothing", contractRefusalWritesNothing},
 	{"RetriesReplayTheirDecision", contractRetriesReplayTheirDecision},
+	{"KeptDecisionsAreBounded", contractKeptDecisionsAreBounded},
 	{"WaitForTurn", contractWaitForTurn},
 	{"WaitersGoInOrder", contractWaitersGoInOrder},
 	{"OnlyTheLastTurnIsGivenBack", contractOnlyTheLastTurnIsGivenBack},

@@ -3,18 +3,21 @@
 --
 -- A limiter is ONE Redis string, KEYS[1] = <prefix>:rl:{<tag>}:
 --
---   <limit>:<period>:<burst>|<tat_q>|<tat_r>|<born>|<at>|<replays>
+--   <limit>:<period>:<burst>|<tat_q>|<tat_r>|<born>|<at>|<kept_until>|<kept>
 --
 -- limit, period (µs) and burst are the limiter's parameters; a call with
 -- others is refused while the limiter is in use. tat is its theoretical
 -- arrival time (GCRA), tat_q µs + tat_r/limit µs: exact, so no rounding
 -- ever lets more through than the limit. born is when this life of the
--- limiter began, at when it was last written (µs, Redis clock). replays
--- are the decisions kept for retries, ';'-separated
--- "<request>,<expire>,<kind>,<remaining>,<reset_at>,<when>" (µs): kind 0
+-- limiter began, at when it was last written (µs, Redis clock). kept are
+-- the decisions kept for retries, oldest first, each
+-- ";<request>,<expire>,<kind>,<remaining>,<reset_at>,<when>" (µs): kind 0
 -- refused, 1 allowed, 2 a reserved turn, 3 a reserved turn a retry has
 -- claimed; when is the reserved turn, or when a refused cost would have
--- been allowed.
+-- been allowed. kept_until is when the last of them expires. They are
+-- searched as a string (request digests have a fixed length and no
+-- separator) and never parsed as a whole, so keeping them costs a call
+-- without a request id nothing.
 --
 -- A limiter whose tat has passed is full: the same as no limiter at all.
 -- So the key expires then (or once its kept decisions do), and only then
@@ -92,7 +95,10 @@ end
 
 -- The limiter, as read: a missing one is full (tat = now).
 local tat_q, tat_r, born, at = now, 0, now, 0
-local replays = {}
+local kept, kept_until = '', 0
+
+-- MAX_KEPT bounds kept, in bytes: about 16 decisions.
+local MAX_KEPT = 1536
 
 -- read loads the limiter; it returns the parameters it is in use with
 -- when they differ from params (the caller is refused), else nil.
@@ -101,7 +107,7 @@ local function read()
   if not v then
     return nil
   end
-  local p, q, r, b, a, rest = string.match(v, '^([^|]*)|(%d+)|(%d+)|(%d+)|(%d+)|(.*)$')
+  local p, q, r, b, a, u, rest = string.match(v, '^([^|]*)|(%d+)|(%d+)|(%d+)|(%d+)|(%d+)|(.*)$')
   if not p then
     -- A value no script wrote: the limiter counts as spent until now.
     at = -1
@@ -119,10 +125,9 @@ local function read()
     tat_q, tat_r = q, r
   end
   born, at = tonumber(b), tonumber(a)
-  for d, e, k, rem, reset, w in string.gmatch(rest, '([^,;]+),(%d+),(%d+),(%d+),(%d+),(%d+)') do
-    if tonumber(e) > now then
-      replays[#replays + 1] = {d, tonumber(e), tonumber(k), tonumber(rem), tonumber(reset), tonumber(w)}
-    end
+  u = tonumber(u)
+  if u > now then
+    kept, kept_until = rest, u
   end
   return nil
 end
@@ -141,36 +146,50 @@ local function distrust(lost, tau_q, tau_r)
   end
 end
 
-local function encode(e)
-  return e[1] .. ',' .. num(e[2]) .. ',' .. e[3] .. ',' .. num(e[4]) .. ',' .. num(e[5]) .. ',' .. num(e[6])
+-- find returns the kept decision of request, {kind, remaining, reset_at,
+-- when, expire}, and where its entry lies in kept: from i to before j.
+local function find(request)
+  if request == '' or kept == '' then
+    return nil
+  end
+  local i = string.find(kept, ';' .. request .. ',', 1, true)
+  if not i then
+    return nil
+  end
+  local j = string.find(kept, ';', i + 1, true) or #kept + 1
+  local e, k, rem, reset, w = string.match(string.sub(kept, i, j - 1), '^;[^,]+,(%d+),(%d+),(%d+),(%d+),(%d+)$')
+  if not e or tonumber(e) <= now then
+    return nil
+  end
+  return {tonumber(k), tonumber(rem), tonumber(reset), tonumber(w), tonumber(e)}, i, j
+end
+
+-- entry encodes a kept decision of request.
+local function entry(request, d)
+  return ';' .. request .. ',' .. num(d[5]) .. ',' .. d[1] .. ',' .. num(d[2]) .. ',' .. num(d[3]) .. ',' .. num(d[4])
+end
+
+-- keep adds a decision of request, dropping the oldest beyond MAX_KEPT.
+local function keep(request, d)
+  kept = kept .. entry(request, d)
+  kept_until = math.max(kept_until, d[5])
+  while #kept > MAX_KEPT do
+    local oldest_end = string.find(kept, ';', 2, true)
+    kept = string.sub(kept, oldest_end)
+  end
 end
 
 -- write stores the limiter with its kept decisions, or deletes it when
 -- neither its tat nor any kept decision lies ahead.
 local function write()
-  local expire = up(tat_q, tat_r)
-  local parts = {}
-  for i, e in ipairs(replays) do
-    parts[i] = encode(e)
-    expire = math.max(expire, e[2])
+  if kept_until <= now then
+    kept, kept_until = '', 0
   end
-  local ttl_ms = math.ceil((expire - now) / 1000)
+  local ttl_ms = math.ceil((math.max(up(tat_q, tat_r), kept_until) - now) / 1000)
   if ttl_ms <= 0 then
     redis.call('DEL', key)
     return
   end
-  redis.call('SET', key, params .. '|' .. num(tat_q) .. '|' .. num(tat_r) .. '|' .. num(born) .. '|' .. num(now) .. '|' .. table.concat(parts, ';'), 'PX', ttl_ms)
-end
-
--- find returns the kept decision of request, and its index.
-local function find(request)
-  if request == '' then
-    return nil
-  end
-  for i, e in ipairs(replays) do
-    if e[1] == request then
-      return e, i
-    end
-  end
-  return nil
+  redis.call('SET', key, params .. '|' .. num(tat_q) .. '|' .. num(tat_r) .. '|' .. num(born) .. '|' .. num(now) .. '|' ..
+    num(kept_until) .. '|' .. kept, 'PX', ttl_ms)
 end

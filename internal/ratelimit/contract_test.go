@@ -3,6 +3,7 @@ package ratelimit_test
 import (
 	"context"
 	"errors"
+	"fmt"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -208,6 +209,25 @@ func contractRetriesReplayTheirDecision(t *testing.T, b backend) {
 	// The first decision still replays, also after other requests.
 	if res := take(t, l, ratelimit.Request{Key: "k", Limit: lim, RequestID: "a"}); !res.Allowed || !res.Replayed {
 		t.Fatalf("retry after others: %+v", res)
+	}
+}
+
+func contractKeptDecisionsAreBounded(t *testing.T, b backend) {
+	l := b.limiter(t, ratelimit.Options{})
+	lim := ratelimit.Limit{Limit: 1000, Period: time.Hour}
+	for i := range 40 {
+		take(t, l, ratelimit.Request{Key: "k", Limit: lim, RequestID: fmt.Sprint("r", i)})
+	}
+	if v := b.rdb.Get(ctxT(t, 10*time.Second), b.key("k")).Val(); len(v) > 1700 {
+		t.Errorf("the limiter keeps %d bytes after 40 requests", len(v))
+	}
+	if res := take(t, l, ratelimit.Request{Key: "k", Limit: lim, RequestID: "r39"}); !res.Replayed || res.Remaining != 1000-40 {
+		t.Errorf("the newest request: %+v, want its decision replayed", res)
+	}
+	// The oldest decisions made room: a retry that late spends again
+	// (more than the limit is never allowed: it only counts twice).
+	if res := take(t, l, ratelimit.Request{Key: "k", Limit: lim, RequestID: "r0"}); res.Replayed || res.Remaining != 1000-41 {
+		t.Errorf("the oldest request: %+v, want a new decision", res)
 	}
 }
 

@@ -36,11 +36,11 @@ if read() or born ~= turn_born or at < 0 or lost > at or tat_q ~= left_q or tat_
   return 0
 end
 if request ~= '' then
-  local e, i = find(request)
-  if not e or e[3] ~= 2 then
+  local e, i, j = find(request)
+  if not e or e[1] ~= 2 then
     return 0
   end
-  table.remove(replays, i)
+  kept = string.sub(kept, 1, i - 1) .. string.sub(kept, j)
 end
 tat_q, tat_r = sub(tat_q, tat_r, inc_q, inc_r)
 write()

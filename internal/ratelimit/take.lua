@@ -24,9 +24,7 @@ local tau_q, tau_r = tonumber(ARGV[6]), tonumber(ARGV[7])
 local max_wait = tonumber(ARGV[8])
 local grace = tonumber(ARGV[9])
 local request = ARGV[10]
-local keep = tonumber(ARGV[11])
-
-local MAX_REPLAYS = 16
+local keep_us = tonumber(ARGV[11])
 
 local lost = loss_seen(grace)
 local other = read()
@@ -38,11 +36,12 @@ distrust(lost, tau_q, tau_r)
 -- A retry gets its first call's decision. A reserved turn a retry claims
 -- (kind 3) can no longer be given back by the first call (refund.lua):
 -- the retry may be the one that uses it.
-local e = find(request)
+local e, i, j = find(request)
 if e then
-  local kind, after = e[3], math.max(e[6] - now, 0)
+  local kind, after = e[1], math.max(e[4] - now, 0)
   if kind == 2 then
-    e[3] = 3
+    e[1] = 3
+    kept = string.sub(kept, 1, i - 1) .. entry(request, e) .. string.sub(kept, j)
     write()
   end
   if kind >= 2 then
@@ -54,7 +53,7 @@ if e then
   if kind == 1 then
     after = 0
   end
-  return {kind + 10, now, e[4], after, math.max(e[5] - now, 0), born, -1, 0}
+  return {kind + 10, now, e[2], after, math.max(e[3] - now, 0), born, -1, 0}
 end
 
 -- GCRA: the cost is allowed once its new tat, less the tolerance, is due.
@@ -84,10 +83,7 @@ end
 -- its retries, or a limiter in place of a value no script wrote. A
 -- refusal without a request id writes nothing.
 if request ~= '' then
-  while #replays >= MAX_REPLAYS do
-    table.remove(replays, 1)
-  end
-  replays[#replays + 1] = {request, now + after + keep, kind, remaining, reset_at, now + after}
+  keep(request, {kind, remaining, reset_at, now + after, now + after + keep_us})
 end
 if kind ~= 0 or request ~= '' or at < 0 then
   write()
