@@ -4,10 +4,11 @@ SHELL := bash
 MAKEFLAGS += --no-print-directory
 
 GO ?= go
-# Packages Debian must provide for the tests: real Redis servers,
-# docker-compose (to check docker-compose.yml), curl (the README's
-# HTTP/JSON examples) and chromium (the admin page's browser test).
-APT_PACKAGES := redis-server redis-tools docker-compose curl chromium
+# Packages Debian must provide for the tests: real Redis servers (and
+# Valkey, which the rate limiter's contract also runs on), docker-compose
+# (to check docker-compose.yml), curl (the README's HTTP/JSON examples) and
+# chromium (the admin page's browser test).
+APT_PACKAGES := redis-server redis-tools valkey-server docker-compose curl chromium
 # Debian packages the Java client builds and tests with: grpc-java and
 # protobuf jars, protoc with the grpc-java plugin, JUnit 5 (and openssl for
 # the TLS tests). Maven Central is out of reach; see clients/java/README.md.
@@ -66,10 +67,11 @@ node-deps: deps ## Install the Node client's packages (npm ci, from package-lock
 	cd clients/node && npm ci --no-audit --no-fund
 
 .PHONY: deps
-deps: ## Install redis-server, docker-compose, curl and chromium from Debian when missing.
+deps: ## Install redis-server, valkey-server, docker-compose, curl and chromium from Debian when missing.
 	@missing=(); \
 	command -v redis-server >/dev/null || missing+=(redis-server); \
 	command -v redis-cli >/dev/null || missing+=(redis-tools); \
+	command -v valkey-server >/dev/null || missing+=(valkey-server); \
 	command -v docker-compose >/dev/null || missing+=(docker-compose); \
 	command -v curl >/dev/null || missing+=(curl); \
 	command -v chromium >/dev/null || missing+=(chromium); \
