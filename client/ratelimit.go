@@ -60,16 +60,22 @@ func (e *RateLimitedError) Error() string {
 // Is makes a RateLimitedError match ErrRateLimited.
 func (e *RateLimitedError) Is(target error) bool { return target == ErrRateLimited }
 
-// TakeOption configures Take and Wait.
-type TakeOption func(*takeOptions)
+// TakeOption configures Take and Wait: WithCost.
+type TakeOption interface {
+	applyTake(*takeOptions)
+}
 
 type takeOptions struct {
-	cost uint32
+	cost uint32 // 0: lockd's default, 1
 }
+
+type costOption uint32
+
+func (o costOption) applyTake(t *takeOptions) { t.cost = uint32(o) }
 
 // WithCost spends n instead of 1 (for example the items of a batch call);
 // it must not pass the rate's burst.
-func WithCost(n uint32) TakeOption { return func(o *takeOptions) { o.cost = n } }
+func WithCost(n uint32) TakeOption { return costOption(n) }
 
 // Take spends the cost (1, or WithCost's) from the limiter of key if rate
 // allows it now. Not allowed is a Decision, not an error.
@@ -110,7 +116,7 @@ func (c *Client) Wait(ctx context.Context, key string, rate Rate, opts ...TakeOp
 func (c *Client) take(ctx context.Context, key string, rate Rate, opts []TakeOption, wait time.Duration) (Decision, error) {
 	var o takeOptions
 	for _, opt := range opts {
-		opt(&o)
+		opt.applyTake(&o)
 	}
 	req := &lockdv1.TakeRequest{Key: key, Limit: rate.Limit, Period: durationpb.New(rate.Period), Burst: rate.Burst,
 		Cost: o.cost, RequestId: newID()}

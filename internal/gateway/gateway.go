@@ -54,7 +54,7 @@ var services = map[string]func(context.Context, *runtime.ServeMux, grpc.ClientCo
 		return lockdv1gw.RegisterAdminServiceHandlerClient(ctx, mux, lockdv1.NewAdminServiceClient(cc))
 	},
 	lockdv1.RateLimitService_ServiceDesc.ServiceName: func(ctx context.Context, mux *runtime.ServeMux, cc grpc.ClientConnInterface) error {
-		return lockdv1.RegisterRateLimitServiceHandlerClient(ctx, mux, lockdv1.NewRateLimitServiceClient(cc))
+		return lockdv1gw.RegisterRateLimitServiceHandlerClient(ctx, mux, lockdv1.NewRateLimitServiceClient(cc))
 	},
 }
 

@@ -16,6 +16,7 @@ import (
 
 	"github.com/grpc-ecosystem/grpc-gateway/v2/runtime"
 	"github.com/grpc-ecosystem/grpc-gateway/v2/utilities"
+	extLockdv1 "github.com/lockd/lockd/gen/lockd/v1"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/grpclog"
@@ -35,9 +36,9 @@ var (
 	_ = metadata.Join
 )
 
-func request_RateLimitService_Take_0(ctx context.Context, marshaler runtime.Marshaler, client RateLimitServiceClient, req *http.Request, pathParams map[string]string) (proto.Message, runtime.ServerMetadata, error) {
+func request_RateLimitService_Take_0(ctx context.Context, marshaler runtime.Marshaler, client extLockdv1.RateLimitServiceClient, req *http.Request, pathParams map[string]string) (proto.Message, runtime.ServerMetadata, error) {
 	var (
-		protoReq TakeRequest
+		protoReq extLockdv1.TakeRequest
 		metadata runtime.ServerMetadata
 		err      error
 	)
@@ -59,9 +60,9 @@ func request_RateLimitService_Take_0(ctx context.Context, marshaler runtime.Mars
 	return msg, metadata, err
 }
 
-func local_request_RateLimitService_Take_0(ctx context.Context, marshaler runtime.Marshaler, server RateLimitServiceServer, req *http.Request, pathParams map[string]string) (proto.Message, runtime.ServerMetadata, error) {
+func local_request_RateLimitService_Take_0(ctx context.Context, marshaler runtime.Marshaler, server extLockdv1.RateLimitServiceServer, req *http.Request, pathParams map[string]string) (proto.Message, runtime.ServerMetadata, error) {
 	var (
-		protoReq TakeRequest
+		protoReq extLockdv1.TakeRequest
 		metadata runtime.ServerMetadata
 		err      error
 	)
@@ -80,9 +81,9 @@ func local_request_RateLimitService_Take_0(ctx context.Context, marshaler runtim
 	return msg, metadata, err
 }
 
-func request_RateLimitService_Take_1(ctx context.Context, marshaler runtime.Marshaler, client RateLimitServiceClient, req *http.Request, pathParams map[string]string) (proto.Message, runtime.ServerMetadata, error) {
+func request_RateLimitService_Take_1(ctx context.Context, marshaler runtime.Marshaler, client extLockdv1.RateLimitServiceClient, req *http.Request, pathParams map[string]string) (proto.Message, runtime.ServerMetadata, error) {
 	var (
-		protoReq TakeRequest
+		protoReq extLockdv1.TakeRequest
 		metadata runtime.ServerMetadata
 	)
 	if err := marshaler.NewDecoder(req.Body).Decode(&protoReq); err != nil && !errors.Is(err, io.EOF) {
@@ -95,9 +96,9 @@ func request_RateLimitService_Take_1(ctx context.Context, marshaler runtime.Mars
 	return msg, metadata, err
 }
 
-func local_request_RateLimitService_Take_1(ctx context.Context, marshaler runtime.Marshaler, server RateLimitServiceServer, req *http.Request, pathParams map[string]string) (proto.Message, runtime.ServerMetadata, error) {
+func local_request_RateLimitService_Take_1(ctx context.Context, marshaler runtime.Marshaler, server extLockdv1.RateLimitServiceServer, req *http.Request, pathParams map[string]string) (proto.Message, runtime.ServerMetadata, error) {
 	var (
-		protoReq TakeRequest
+		protoReq extLockdv1.TakeRequest
 		metadata runtime.ServerMetadata
 	)
 	if err := marshaler.NewDecoder(req.Body).Decode(&protoReq); err != nil && !errors.Is(err, io.EOF) {
@@ -112,7 +113,7 @@ func local_request_RateLimitService_Take_1(ctx context.Context, marshaler runtim
 // StreamingRPC :currently unsupported pending https://github.com/grpc/grpc-go/issues/906.
 // Note that using this registration option will cause many gRPC library features to stop working. Consider using RegisterRateLimitServiceHandlerFromEndpoint instead.
 // GRPC interceptors will not work for this type of registration. To use interceptors, you must use the "runtime.WithMiddlewares" option in the "runtime.NewServeMux" call.
-func RegisterRateLimitServiceHandlerServer(ctx context.Context, mux *runtime.ServeMux, server RateLimitServiceServer) error {
+func RegisterRateLimitServiceHandlerServer(ctx context.Context, mux *runtime.ServeMux, server extLockdv1.RateLimitServiceServer) error {
 	mux.Handle(http.MethodPost, pattern_RateLimitService_Take_0, func(w http.ResponseWriter, req *http.Request, pathParams map[string]string) {
 		ctx, cancel := context.WithCancel(req.Context())
 		defer cancel()
@@ -184,15 +185,15 @@ func RegisterRateLimitServiceHandlerFromEndpoint(ctx context.Context, mux *runti
 // RegisterRateLimitServiceHandler registers the http handlers for service RateLimitService to "mux".
 // The handlers forward requests to the grpc endpoint over "conn".
 func RegisterRateLimitServiceHandler(ctx context.Context, mux *runtime.ServeMux, conn *grpc.ClientConn) error {
-	return RegisterRateLimitServiceHandlerClient(ctx, mux, NewRateLimitServiceClient(conn))
+	return RegisterRateLimitServiceHandlerClient(ctx, mux, extLockdv1.NewRateLimitServiceClient(conn))
 }
 
 // RegisterRateLimitServiceHandlerClient registers the http handlers for service RateLimitService
-// to "mux". The handlers forward requests to the grpc endpoint over the given implementation of "RateLimitServiceClient".
-// Note: the gRPC framework executes interceptors within the gRPC handler. If the passed in "RateLimitServiceClient"
+// to "mux". The handlers forward requests to the grpc endpoint over the given implementation of "extLockdv1.RateLimitServiceClient".
+// Note: the gRPC framework executes interceptors within the gRPC handler. If the passed in "extLockdv1.RateLimitServiceClient"
 // doesn't go through the normal gRPC flow (creating a gRPC client etc.) then it will be up to the passed in
-// "RateLimitServiceClient" to call the correct interceptors. This client ignores the HTTP middlewares.
-func RegisterRateLimitServiceHandlerClient(ctx context.Context, mux *runtime.ServeMux, client RateLimitServiceClient) error {
+// "extLockdv1.RateLimitServiceClient" to call the correct interceptors. This client ignores the HTTP middlewares.
+func RegisterRateLimitServiceHandlerClient(ctx context.Context, mux *runtime.ServeMux, client extLockdv1.RateLimitServiceClient) error {
 	mux.Handle(http.MethodPost, pattern_RateLimitService_Take_0, func(w http.ResponseWriter, req *http.Request, pathParams map[string]string) {
 		ctx, cancel := context.WithCancel(req.Context())
 		defer cancel()
