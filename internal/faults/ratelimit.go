@@ -57,6 +57,7 @@ type RateEvent struct {
 	Return  time.Time
 	Allowed bool
 	Err     string // every attempt failed: the last one's gRPC code
+	Retries int    // attempts that failed before the last one
 }
 
 // RateHistory records rate events from many goroutines.
@@ -247,6 +248,7 @@ func (r *RateRun) loop(id int) {
 			e.Return = time.Now()
 			if err != nil {
 				e.Err = status.Code(err).String()
+				e.Retries++
 				if status.Code(err) == codes.Canceled && r.ctx.Err() != nil {
 					break
 				}
@@ -256,6 +258,9 @@ func (r *RateRun) loop(id int) {
 			}
 			e.Err, e.Allowed, retry = "", allowed, after
 			break
+		}
+		if e.Err != "" {
+			e.Retries-- // the last attempt failed too: not a retry
 		}
 		r.History.Add(e)
 		if e.Err != "" {
@@ -275,6 +280,8 @@ func (r *RateRun) loop(id int) {
 // RateResult is what [CheckRate] found in a rate history.
 type RateResult struct {
 	Decisions, Allowed, Failed int
+	// Retried counts attempts that failed and were tried again.
+	Retried int
 	// Windows counts the windows checked.
 	Windows int
 	// Peak is the highest share of the bound one window's allowed cost
@@ -309,6 +316,7 @@ func CheckRate(events []RateEvent, rates map[string]Rate, skew time.Duration) *R
 	r := &RateResult{}
 	byKey := map[string][]RateEvent{}
 	for _, e := range events {
+		r.Retried += e.Retries
 		switch {
 		case e.Err != "":
 			r.Failed++

@@ -94,8 +94,8 @@ func (s rateScenario) run(t *testing.T) (*RateResult, []RateEvent) {
 	}
 	res.OverLimit = append(res.OverLimit, extra...)
 	report.Add(s.name, fmt.Sprintf("%s; %d windows judged with %v of clock skew, peak %.0f%% of the bound", s.fault, res.Windows, skew, 100*res.Peak), res.AsResult(), s.control)
-	t.Logf("%s: %d decisions (%d allowed, %d failed), %d windows, skew %v, peak %.3f of the bound",
-		s.name, res.Decisions, res.Allowed, res.Failed, res.Windows, skew, res.Peak)
+	t.Logf("%s: %d decisions (%d allowed, %d failed, %d attempts retried), %d windows, skew %v, peak %.3f of the bound",
+		s.name, res.Decisions, res.Allowed, res.Failed, res.Retried, res.Windows, skew, res.Peak)
 	return res, events
 }
 
@@ -111,25 +111,29 @@ func expectRateClean(t *testing.T, res *RateResult) {
 	}
 }
 
-// TestRateLimitRedisFrozen freezes Redis with SIGSTOP for 2s while clients
-// take from three limiters through two replicas: takes fail meanwhile
-// (their cost may be spent, never more than once), waiting ones give
-// their turn up, and no window of the history allows more than
+// TestRateLimitRedisFrozen freezes Redis with SIGSTOP for 5s, longer than
+// the clients' attempts (3s beyond their wait), while they take from
+// three limiters through two replicas: attempts fail meanwhile and are
+// retried with their request id (a cost may be spent without an answer,
+// never allowed twice), and no window of the history allows more than
 // burst + limit × t / period.
 func TestRateLimitRedisFrozen(t *testing.T) {
 	t.Parallel()
 	srv := redistest.Start(t)
 	f := startFleet(t, 2, "--redis="+srv.Addr())
 	res, _ := rateScenario{
-		name: "rate limits: Redis frozen", fault: "SIGSTOP Redis for 2s under three limiters, two replicas",
+		name: "rate limits: Redis frozen", fault: "SIGSTOP Redis for 5s (longer than the clients' attempts) under three limiters, two replicas",
 		workload: rateWorkload("rlfrozen"), takers: LockdTakers(f.rateLimiters(t)), rdb: srv.Client(t),
 		inject: func(t *testing.T, run *RateRun, round int) {
 			srv.Freeze()
-			time.Sleep(2 * time.Second)
+			time.Sleep(5 * time.Second)
 			srv.Thaw()
 		},
 	}.run(t)
 	expectRateClean(t, res)
+	if res.Failed+res.Retried == 0 {
+		t.Errorf("no attempt failed while Redis was frozen: the freeze was not felt")
+	}
 }
 
 // restartWorkload is rateWorkload with a limiter whose whole burst is
