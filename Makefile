@@ -8,6 +8,7 @@ GO ?= go
 # docker-compose (to check docker-compose.yml), curl (the README's
 # HTTP/JSON examples), chromium (the admin page's browser test) and
 # prometheus (its promtool checks the alert rules and dashboard of deploy/).
+# valkey-server comes from bookworm-backports (valkey-deps).
 APT_PACKAGES := redis-server redis-tools docker-compose curl chromium prometheus
 # Debian packages the Java client builds and tests with: grpc-java and
 # protobuf jars, netty-tcnative (TLS with ALPN on Debian's netty), protoc with

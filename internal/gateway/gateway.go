@@ -54,6 +54,9 @@ var services = map[string]func(context.Context, *runtime.ServeMux, grpc.ClientCo
 	lockdv1.AdminService_ServiceDesc.ServiceName: func(ctx context.Context, mux *runtime.ServeMux, cc grpc.ClientConnInterface) error {
 		return lockdv1gw.RegisterAdminServiceHandlerClient(ctx, mux, lockdv1.NewAdminServiceClient(cc))
 	},
+	lockdv1.RateLimitService_ServiceDesc.ServiceName: func(ctx context.Context, mux *runtime.ServeMux, cc grpc.ClientConnInterface) error {
+		return lockdv1gw.RegisterRateLimitServiceHandlerClient(ctx, mux, lockdv1.NewRateLimitServiceClient(cc))
+	},
 }
 
 // Limits of the HTTP server. Requests are small JSON objects: the largest

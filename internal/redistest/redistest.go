@@ -65,6 +65,7 @@ var errPortInUse = errors.New("redistest: port already in use")
 type Option func(*options)
 
 type options struct {
+	server   string        // the server binary; default redis-server
 	args     []string      // extra command-line arguments
 	cluster  bool          // cluster node: reserve port+10000 as well
 	sentinel func(*Server) // writes the sentinel config; non-nil = sentinel mode
@@ -75,6 +76,12 @@ type options struct {
 // arguments, so they may override them (except the port and directory).
 func WithArgs(args ...string) Option {
 	return func(o *options) { o.args = append(o.args, args...) }
+}
+
+// Valkey starts valkey-server instead of redis-server: the same command
+// line, the same protocol.
+func Valkey() Option {
+	return func(o *options) { o.server = "valkey-server" }
 }
 
 // Server is one redis-server process started by [Start]. Its methods are safe
@@ -106,7 +113,10 @@ func Start(tb testing.TB, opts ...Option) *Server {
 	for _, opt := range opts {
 		opt(&o)
 	}
-	s := &Server{bin: binary(tb, ServerBinary()), dir: tb.TempDir(), opts: o}
+	if o.server == "" {
+		o.server = ServerBinary()
+	}
+	s := &Server{bin: binary(tb, o.server), dir: tb.TempDir(), opts: o}
 	if o.sentinel != nil {
 		o.sentinel(s)
 	}

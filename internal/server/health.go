@@ -14,7 +14,8 @@ import (
 
 // serviceNames are the names health reports on, besides "".
 var serviceNames = []string{lockdv1.LockService_ServiceDesc.ServiceName, lockdv1.TokenService_ServiceDesc.ServiceName,
-	lockdv1.ElectionService_ServiceDesc.ServiceName, lockdv1.SemaphoreService_ServiceDesc.ServiceName}
+	lockdv1.ElectionService_ServiceDesc.ServiceName, lockdv1.SemaphoreService_ServiceDesc.ServiceName,
+	lockdv1.RateLimitService_ServiceDesc.ServiceName}
 
 // watchHealth turns every service NOT_SERVING while Redis does not answer,
 // and back to SERVING when it does.

@@ -33,6 +33,7 @@ import (
 	"github.com/lockd/lockd/internal/connguard"
 	"github.com/lockd/lockd/internal/gateway"
 	"github.com/lockd/lockd/internal/httpbound"
+	"github.com/lockd/lockd/internal/ratelimit"
 	"github.com/lockd/lockd/internal/redislock"
 	"github.com/lockd/lockd/internal/safetext"
 	"github.com/lockd/lockd/internal/service"
@@ -291,6 +292,8 @@ func Run(ctx context.Context, cfg Config) error {
 	tel.RegisterServing(servingOf(hs))
 	elections, semaphores := service.NewElectionServer(locks), service.NewSemaphoreServer(locks)
 	admin := service.NewAdminServer(locks, tokens.tokens)
+	rateLimits := service.NewRateLimitServer(ratelimit.New(rdb, ratelimit.Options{
+		Prefix: cfg.Namespace, DataLoss: engine, Observer: tel.RateLimits()}), locks)
 	// newServer returns a gRPC server of lockd's services on transport t,
 	// with extra options.
 	newServer := func(t Transport, extra ...grpc.ServerOption) *grpc.Server {
@@ -314,6 +317,7 @@ func Run(ctx context.Context, cfg Config) error {
 		lockdv1.RegisterElectionServiceServer(gs, elections)
 		lockdv1.RegisterSemaphoreServiceServer(gs, semaphores)
 		lockdv1.RegisterAdminServiceServer(gs, admin)
+		lockdv1.RegisterRateLimitServiceServer(gs, rateLimits)
 		healthpb.RegisterHealthServer(gs, hs)
 		if cfg.Reflection {
 			reflection.Register(gs)

@@ -102,6 +102,8 @@ type Telemetry struct {
 	serving   atomic.Pointer[func() bool]
 	pools     pools
 
+	rateLimits *RateLimitMetrics
+
 	shutdownOnce sync.Once
 	shutdownErr  error
 }
@@ -173,6 +175,9 @@ func Setup(ctx context.Context, opts Options) (*Telemetry, error) {
 
 	meter := t.mp.Meter(scopeName, metric.WithInstrumentationVersion(opts.ServiceVersion))
 	if t.locks, err = newLockMetrics(meter); err == nil {
+		t.rateLimits, err = newRateLimitMetrics(meter)
+	}
+	if err == nil {
 		if t.tokens, err = newTokenMetrics(meter); err == nil {
 			if err = t.registerGauges(meter); err == nil {
 				if err = t.registerPoolMetrics(meter); err == nil {
@@ -377,6 +382,10 @@ func (t *Telemetry) RegisterServing(serving func() bool) {
 
 // Locks returns the lock metrics, to pass as redislock.Options.Observer.
 func (t *Telemetry) Locks() *LockMetrics { return t.locks }
+
+// RateLimits returns the rate limit metrics, to pass as
+// ratelimit.Options.Observer.
+func (t *Telemetry) RateLimits() *RateLimitMetrics { return t.rateLimits }
 
 // Tokens returns the token broker's metrics.
 func (t *Telemetry) Tokens() *TokenMetrics { return t.tokens }

@@ -7,7 +7,7 @@ const path = require('node:path');
 const grpc = require('@grpc/grpc-js');
 const protoLoader = require('@grpc/proto-loader');
 
-const FILES = ['lockd/v1/lock.proto', 'lockd/v1/token.proto', 'lockd/v1/election.proto', 'lockd/v1/semaphore.proto'];
+const FILES = ['lockd/v1/lock.proto', 'lockd/v1/token.proto', 'lockd/v1/election.proto', 'lockd/v1/semaphore.proto', 'lockd/v1/ratelimit.proto'];
 const OWN = path.join(__dirname, '..', 'proto');
 const REPO = path.join(__dirname, '..', '..', '..', 'proto');
 

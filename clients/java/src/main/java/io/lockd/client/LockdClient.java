@@ -164,6 +164,14 @@ public final class LockdClient implements AutoCloseable {
   }
 
   /**
+   * The fleet-wide rate limiter of key (lockd.v1.RateLimitService) at rate. See {@link
+   * LockdRateLimiter}.
+   */
+  public LockdRateLimiter rateLimiter(String key, Rate rate) {
+    return new LockdRateLimiter(transport, key, rate);
+  }
+
+  /**
    * Takes one of the limit permits of the semaphore key (default ttl, a fresh owner), waiting as
    * long as it takes. The permit is a lease like a lock's: kept alive until closed, with its own
    * fencing token and loss signal; at most limit permits of key are held at once, by every holder
