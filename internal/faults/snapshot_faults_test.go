@@ -1,0 +1,46 @@
+package faults
+
+import (
+	"fmt"
+	"testing"
+	"time"
+
+	"github.com/lockd/lockd/internal/redistest"
+)
+
+// TestRedisRestartedFromOlderSnapshot restarts Redis from an RDB snapshot
+// taken after lockd started, so lockd's data-loss markers are in it, while
+// the leases granted since are not. Keys then look free that holders still
+// believe they hold, and waiters are woken by their subscriptions coming
+// back: lockd must notice before it grants anything on the restarted
+// server, end the holders' KeepAlive streams with NOT_FOUND and hold new
+// grants back, so no holder learns of its loss after another was granted
+// its key.
+func TestRedisRestartedFromOlderSnapshot(t *testing.T) {
+	t.Parallel()
+	srv := redistest.Start(t)
+	f := startFleet(t, 2, "--redis="+srv.Addr())
+	w := defaultWorkload("snapshot")
+	w.TTL = 2 * time.Second
+	// Older than the ttl: every lease in the snapshot has run out by the
+	// restart, so the keys of the leases granted since look free.
+	age := w.TTL + w.TTL/2
+	res := scenario{
+		name:     "Redis restarted from an older snapshot",
+		fault:    fmt.Sprintf("Redis restarted from an RDB snapshot taken %v before, after lockd started (ttl %v)", age, w.TTL),
+		workload: w, replicas: f.replicas, rdb: srv.Client(t),
+		inject: func(t *testing.T, run *Run, round int) []Window {
+			snap := srv.Snapshot(t)
+			// Leases granted from here on are not in the snapshot.
+			if !run.WaitHolds(run.Holds()+int64(len(w.Keys)), progressTimeout) {
+				t.Fatalf("no progress after the snapshot")
+			}
+			time.Sleep(age)
+			from := time.Now()
+			srv.RestartFrom(t, snap)
+			run.LostData(from)
+			return nil
+		},
+	}.run(t)
+	expectClean(t, res)
+}
