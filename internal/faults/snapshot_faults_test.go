@@ -12,10 +12,10 @@ import (
 // taken after lockd started, so lockd's data-loss markers are in it, while
 // the leases granted since are not. Keys then look free that holders still
 // believe they hold, and waiters are woken by their subscriptions coming
-// back: lockd must notice before it grants anything on the restarted
-// server, end the holders' KeepAlive streams with NOT_FOUND and hold new
-// grants back, so no holder learns of its loss after another was granted
-// its key.
+// back, and contenders try every key without waiting all along: lockd
+// must notice before it grants anything on the restarted server, end the
+// holders' KeepAlive streams with NOT_FOUND and hold new grants back, so
+// no holder learns of its loss after another was granted its key.
 func TestRedisRestartedFromOlderSnapshot(t *testing.T) {
 	t.Parallel()
 	srv := redistest.Start(t)
@@ -27,9 +27,12 @@ func TestRedisRestartedFromOlderSnapshot(t *testing.T) {
 	age := w.TTL + w.TTL/2
 	res := scenario{
 		name:     "Redis restarted from an older snapshot",
-		fault:    fmt.Sprintf("Redis restarted from an RDB snapshot taken %v before, after lockd started (ttl %v)", age, w.TTL),
+		fault:    fmt.Sprintf("Redis restarted from an RDB snapshot taken %v before, after lockd started (ttl %v; 2 contenders trying every 5ms)", age, w.TTL),
 		workload: w, replicas: f.replicas, rdb: srv.Client(t),
 		inject: func(t *testing.T, run *Run, round int) []Window {
+			if round == 0 {
+				run.StartContenders(2, 5*time.Millisecond)
+			}
 			snap := srv.Snapshot(t)
 			// Leases granted from here on are not in the snapshot.
 			if !run.WaitHolds(run.Holds()+int64(len(w.Keys)), progressTimeout) {
