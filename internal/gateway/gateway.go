@@ -3,13 +3,14 @@
 // curl.
 //
 // The mapping of RPCs to URLs is proto/lockd/v1/gateway.yaml; the handlers
-// are generated from it into gen/lockd/v1/*.pb.gw.go. Every HTTP request
-// becomes a call on lockd's own grpc.Server, over an in-memory connection
-// of its client's own (see tenants), so it passes the same interceptors as
-// any gRPC call: the bearer token of its Authorization header is checked,
-// validation and limits apply, and the gRPC status comes back as the HTTP
-// status with a JSON body holding the code, message and details
-// (google.rpc.Status).
+// are generated from it into internal/gw/lockd/v1/*.pb.gw.go, apart from
+// the messages so that Go clients never link grpc-gateway. Every HTTP
+// request becomes a call on lockd's own grpc.Server, over an in-memory
+// connection of its client's own (see tenants), so it passes the same
+// interceptors as any gRPC call: the bearer token of its Authorization
+// header is checked, validation and limits apply, and the gRPC status comes
+// back as the HTTP status with a JSON body holding the code, message and
+// details (google.rpc.Status).
 package gateway
 
 import (
@@ -29,6 +30,8 @@ import (
 	"google.golang.org/protobuf/encoding/protojson"
 
 	lockdv1 "github.com/lockd/lockd/gen/lockd/v1"
+	"github.com/lockd/lockd/internal/connguard"
+	lockdv1gw "github.com/lockd/lockd/internal/gw/lockd/v1"
 	"github.com/lockd/lockd/internal/httpbound"
 )
 
@@ -37,19 +40,19 @@ import (
 // adds its Register<Service>HandlerClient here.
 var services = map[string]func(context.Context, *runtime.ServeMux, grpc.ClientConnInterface) error{
 	lockdv1.LockService_ServiceDesc.ServiceName: func(ctx context.Context, mux *runtime.ServeMux, cc grpc.ClientConnInterface) error {
-		return lockdv1.RegisterLockServiceHandlerClient(ctx, mux, lockdv1.NewLockServiceClient(cc))
+		return lockdv1gw.RegisterLockServiceHandlerClient(ctx, mux, lockdv1.NewLockServiceClient(cc))
 	},
 	lockdv1.TokenService_ServiceDesc.ServiceName: func(ctx context.Context, mux *runtime.ServeMux, cc grpc.ClientConnInterface) error {
-		return lockdv1.RegisterTokenServiceHandlerClient(ctx, mux, lockdv1.NewTokenServiceClient(cc))
+		return lockdv1gw.RegisterTokenServiceHandlerClient(ctx, mux, lockdv1.NewTokenServiceClient(cc))
 	},
 	lockdv1.ElectionService_ServiceDesc.ServiceName: func(ctx context.Context, mux *runtime.ServeMux, cc grpc.ClientConnInterface) error {
-		return lockdv1.RegisterElectionServiceHandlerClient(ctx, mux, lockdv1.NewElectionServiceClient(cc))
+		return lockdv1gw.RegisterElectionServiceHandlerClient(ctx, mux, lockdv1.NewElectionServiceClient(cc))
 	},
 	lockdv1.SemaphoreService_ServiceDesc.ServiceName: func(ctx context.Context, mux *runtime.ServeMux, cc grpc.ClientConnInterface) error {
-		return lockdv1.RegisterSemaphoreServiceHandlerClient(ctx, mux, lockdv1.NewSemaphoreServiceClient(cc))
+		return lockdv1gw.RegisterSemaphoreServiceHandlerClient(ctx, mux, lockdv1.NewSemaphoreServiceClient(cc))
 	},
 	lockdv1.AdminService_ServiceDesc.ServiceName: func(ctx context.Context, mux *runtime.ServeMux, cc grpc.ClientConnInterface) error {
-		return lockdv1.RegisterAdminServiceHandlerClient(ctx, mux, lockdv1.NewAdminServiceClient(cc))
+		return lockdv1gw.RegisterAdminServiceHandlerClient(ctx, mux, lockdv1.NewAdminServiceClient(cc))
 	},
 }
 
@@ -103,6 +106,20 @@ type Options struct {
 	// one client's open HTTP calls never take another's share of
 	// --max-concurrent-streams. Nil puts every caller on one connection.
 	Identify func(authorization string) (string, bool)
+	// Guard, if set, wraps the gateway's listener in a connguard.Listener
+	// (see package connguard): a connection is then admitted by the first
+	// request that carries a token Identify knows (with authentication
+	// off, by any request), for at most Share(client) connections of that
+	// client (0: no share of its own), and a request that finds no place
+	// is refused 503 (429 past its client's share).
+	Guard func(net.Listener) net.Listener
+	// Share is the most connections a client may have admitted; nil means
+	// no bound of its own.
+	Share func(client string) int
+	// HandshakeFailed, if set, is told the reason of each failed TLS
+	// handshake: client_certificate (missing or not trusted), timeout, or
+	// other.
+	HandshakeFailed func(reason string)
 }
 
 // Gateway is a running HTTP/JSON gateway.
@@ -132,7 +149,7 @@ func Start(gs *grpc.Server, opts Options) (*Gateway, error) {
 	}
 	p := newPipe()
 	go func() { _ = gs.Serve(p) }()
-	conns, err := newTenants(p, opts.Identify, opts.Authenticated)
+	conns, err := newTenants(p, opts.Identify, opts.Authenticated, opts.Share)
 	if err != nil {
 		lis.Close()
 		p.Close()
@@ -152,11 +169,17 @@ func Start(gs *grpc.Server, opts Options) (*Gateway, error) {
 			ReadHeaderTimeout: ReadHeaderTimeout,
 			IdleTimeout:       IdleTimeout,
 			MaxHeaderBytes:    MaxHeaderBytes,
-			ErrorLog:          slog.NewLogLogger(log.Handler(), slog.LevelDebug),
+			ErrorLog:          serverLog(log, opts.HandshakeFailed),
+			ConnContext:       connguard.ConnContext,
 		},
 		pipe: p, tenants: conns, done: make(chan struct{}),
 	}
-	g.lis = httpbound.Limit(g.srv, lis, opts.MaxConnections)
+	if opts.Guard != nil {
+		httpbound.Reclaim(g.srv, opts.MaxConnections)
+		g.lis = opts.Guard(lis)
+	} else {
+		g.lis = httpbound.Limit(g.srv, lis, opts.MaxConnections)
+	}
 	go func() {
 		defer close(g.done)
 		var err error
@@ -217,7 +240,7 @@ func handler(conns *tenants, guard *browserGuard) (http.Handler, error) {
 			return nil, fmt.Errorf("gateway: register %s: %w", name, err)
 		}
 	}
-	return guard.wrap(conns.wrap(defaultLimits.wrap(challenge(mux), mux)), mux), nil
+	return guard.wrap(conns.wrap(defaultLimits.wrap(challenge(mux), mux), mux), mux), nil
 }
 
 // incomingHeader picks the HTTP headers passed on to lockd as gRPC

@@ -174,12 +174,6 @@ func (s *Server) Restart(tb testing.TB) {
 	if err := s.stopLocked(syscall.SIGTERM); err != nil {
 		tb.Fatalf("redistest: restart: %v", err)
 	}
-	s.relaunchLocked(tb)
-}
-
-// relaunchLocked starts the stopped server again on its port.
-func (s *Server) relaunchLocked(tb testing.TB) {
-	tb.Helper()
 	// The port is ours; only a stray outgoing connection can hold it, and
 	// only briefly. Keep trying for a while.
 	deadline := time.Now().Add(startTimeout)

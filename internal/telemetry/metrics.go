@@ -2,7 +2,6 @@ package telemetry
 
 import (
 	"context"
-	"strconv"
 	"time"
 
 	"go.opentelemetry.io/otel/attribute"
@@ -159,13 +158,16 @@ func (m *LockMetrics) Lost() {
 const ErrcodeTransport = "transport"
 
 // TokenMetrics records the token broker's events as
-// lockd_token_mints_total{app} and
-// lockd_token_upstream_errors_total{app,errcode}, and each app's token state
-// as the gauges of TokenState. A nil *TokenMetrics records nothing.
+// lockd_token_mints_total{app}, lockd_token_upstream_errors_total{app,errcode},
+// lockd_token_fetches_total{app,value,outcome} and
+// lockd_token_possible_mints_total{app}, and each app's token state as the
+// gauges of TokenState. A nil *TokenMetrics records nothing.
 type TokenMetrics struct {
-	mints  metric.Int64Counter
-	errors metric.Int64Counter
-	states tokenStates
+	mints    metric.Int64Counter
+	errors   metric.Int64Counter
+	fetches  metric.Int64Counter
+	possible metric.Int64Counter
+	states   tokenStates
 }
 
 // newTokenMetrics creates the token instruments on meter.
@@ -182,6 +184,16 @@ func newTokenMetrics(meter metric.Meter) (*TokenMetrics, error) {
 		metric.WithUnit("{error}")); err != nil {
 		return nil, err
 	}
+	if m.fetches, err = meter.Int64Counter("lockd.token.fetches",
+		metric.WithDescription("Calls of the upstream's token and ticket endpoints by this replica, by value (access_token or the ticket type) and outcome: new, same (the current value again), renewed (the current value with its life renewed), error, or paced (not sent: the fleet's pace or hourly bound for the value)."),
+		metric.WithUnit("{call}")); err != nil {
+		return nil, err
+	}
+	if m.possible, err = meter.Int64Counter("lockd.token.possible_mints",
+		metric.WithDescription("Token calls that got no answer after the request was sent: the upstream may have minted (counted in lockd_token_mints_today too)."),
+		metric.WithUnit("{call}")); err != nil {
+		return nil, err
+	}
 	if err := m.states.register(meter); err != nil {
 		return nil, err
 	}
@@ -196,10 +208,29 @@ func (m *TokenMetrics) TokenMinted(app string) {
 	m.mints.Add(context.Background(), 1, metric.WithAttributes(attribute.String("app", app)))
 }
 
-// TokenUpstreamError counts an upstream answer for app carrying a non-zero
-// errcode, labelled with its decimal form.
-func (m *TokenMetrics) TokenUpstreamError(app string, errcode int) {
-	m.upstreamError(app, strconv.Itoa(errcode))
+// TokenUpstreamError counts an upstream answer for app carrying an error
+// code (WeChat's errcode in decimal, OAuth2's error, ...), labelled with it.
+func (m *TokenMetrics) TokenUpstreamError(app, code string) {
+	m.upstreamError(app, code)
+}
+
+// TokenFetched counts a call of the upstream's token or ticket endpoint
+// for app's value ("access_token" or a ticket type), by outcome.
+func (m *TokenMetrics) TokenFetched(app, value, outcome string) {
+	if m == nil {
+		return
+	}
+	m.fetches.Add(context.Background(), 1, metric.WithAttributes(
+		attribute.String("app", app), attribute.String("value", value), attribute.String("outcome", outcome)))
+}
+
+// TokenPossiblyMinted counts a token call for app that got no answer
+// after its request was sent.
+func (m *TokenMetrics) TokenPossiblyMinted(app string) {
+	if m == nil {
+		return
+	}
+	m.possible.Add(context.Background(), 1, metric.WithAttributes(attribute.String("app", app)))
 }
 
 // TokenTransportError counts an upstream call for app that failed without

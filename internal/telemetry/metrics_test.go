@@ -32,9 +32,14 @@ func TestMetricsExposition(t *testing.T) {
 	locks.Lost()
 	tel.RegisterKeepAliveStreams(func() int64 { return 7 })
 	tokens.TokenMinted("wxapp")
-	tokens.TokenUpstreamError("wxapp", 40001)
+	tokens.TokenUpstreamError("wxapp", "40001")
 	tokens.TokenTransportError("wxapp")
 	tokens.TokenTransportError("wxapp")
+	tokens.TokenUpstreamError("oauth", "invalid_client")
+	tokens.TokenFetched("wxapp", "access_token", "same")
+	tokens.TokenFetched("wxapp", "access_token", "same")
+	tokens.TokenFetched("wxapp", "jsapi", "new")
+	tokens.TokenPossiblyMinted("wxapp")
 	tokens.TokenState("wxapp", time.Now().Add(time.Hour), 3, 0, false)
 	tokens.TokenState("wxapp", time.Now().Add(time.Hour), -1, 2, true) // Redis away: mints unknown
 	tokens.TokenState("idle", time.Time{}, 0, 0, false)
@@ -67,6 +72,10 @@ func TestMetricsExposition(t *testing.T) {
 		{"a mint is counted per app", "lockd_token_mints_total", dto.MetricType_COUNTER, map[string]string{"app": "wxapp"}, 1},
 		{"an upstream errcode is labelled in decimal", "lockd_token_upstream_errors_total", dto.MetricType_COUNTER, map[string]string{"app": "wxapp", "errcode": "40001"}, 1},
 		{"a transport failure is labelled errcode transport", "lockd_token_upstream_errors_total", dto.MetricType_COUNTER, map[string]string{"app": "wxapp", "errcode": "transport"}, 2},
+		{"a textual error code is its own label", "lockd_token_upstream_errors_total", dto.MetricType_COUNTER, map[string]string{"app": "oauth", "errcode": "invalid_client"}, 1},
+		{"fetches are counted by value and outcome", "lockd_token_fetches_total", dto.MetricType_COUNTER, map[string]string{"app": "wxapp", "value": "access_token", "outcome": "same"}, 2},
+		{"a ticket's fetches are counted apart", "lockd_token_fetches_total", dto.MetricType_COUNTER, map[string]string{"app": "wxapp", "value": "jsapi", "outcome": "new"}, 1},
+		{"a fetch left unanswered is a possible mint", "lockd_token_possible_mints_total", dto.MetricType_COUNTER, map[string]string{"app": "wxapp"}, 1},
 		{"the fleet's mints today are the last known", "lockd_token_mints_today", dto.MetricType_GAUGE, map[string]string{"app": "wxapp"}, 3},
 		{"failures in a row are the last reported", "lockd_token_refresh_failures", dto.MetricType_GAUGE, map[string]string{"app": "wxapp"}, 2},
 		{"serving from memory is 1", "lockd_token_from_memory", dto.MetricType_GAUGE, map[string]string{"app": "wxapp"}, 1},
@@ -207,7 +216,7 @@ func TestNilMetricsRecordNothing(t *testing.T) {
 	locks.Lost()
 	var tokens *TokenMetrics
 	tokens.TokenMinted("app")
-	tokens.TokenUpstreamError("app", 40001)
+	tokens.TokenUpstreamError("app", "40001")
 	tokens.TokenTransportError("app")
 }
 
