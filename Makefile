@@ -27,8 +27,11 @@ help: ## List the targets.
 	@grep -hE '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  %-15s %s\n", $$1, $$2}'
 
 .PHONY: run
-run: ## Run lockd on its embedded store (127.0.0.1:50051), ready for grpcurl.
-	$(GO) run ./cmd/lockd $(ARGS)
+run: .bin/lockd ## Build .bin/lockd if it changed, and run it on its embedded store (127.0.0.1:50051), ready for grpcurl.
+	.bin/lockd $(ARGS)
+
+.PHONY: build
+build: .bin/lockd .bin/wechat-fake ## Build .bin/lockd (the server and the CLI) and .bin/wechat-fake (a fake WeChat).
 
 .PHONY: test
 test: deps lint ## Install what is missing, then run every test (with -race) against real Redis.
@@ -47,8 +50,8 @@ test-java: java-deps .bin/lockd .bin/wechat-fake ## Build the Java client and ru
 test-node: node-deps .bin/lockd .bin/wechat-fake ## Run the Node client's tests against lockd processes.
 	cd clients/node && LOCKD_BIN=$(CURDIR)/.bin/lockd WECHAT_FAKE_BIN=$(CURDIR)/.bin/wechat-fake npm test
 
-# The client tests run these binaries as processes; go build is a no-op when
-# nothing changed.
+# make run, make build and the client tests use these binaries; go build is
+# a no-op when nothing changed.
 .PHONY: .bin/lockd .bin/wechat-fake
 .bin/lockd .bin/wechat-fake:
 	$(GO) build -o $@ ./cmd/$(notdir $@)
