@@ -58,7 +58,7 @@ func TestClientCommandDispatch(t *testing.T) {
 		{[]string{"--listen=:1"}, []string{"--listen=:1"}},
 		{[]string{"serve", "--listen=:1"}, []string{"--listen=:1"}},
 	} {
-		if _, ok, rest := clientCommand(tc.args); ok || strings.Join(rest, " ") != strings.Join(tc.serve, " ") {
+		if _, ok, rest := clientCommand(tc.args, env(), io.Discard, io.Discard); ok || strings.Join(rest, " ") != strings.Join(tc.serve, " ") {
 			t.Errorf("%q: client command %v, serve args %q", tc.args, ok, rest)
 		}
 	}
