@@ -26,8 +26,17 @@ GO_MODULES := . client gen
 help: ## List the targets.
 	@grep -hE '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  %-15s %s\n", $$1, $$2}'
 
+# make run builds grpcurl beside lockd, in one go build, so that the first
+# `go tool grpcurl` finds its packages compiled and only links it: one wait
+# instead of two, and less work in all (on two cores: 376 s of CPU for both,
+# then 4 s for go tool grpcurl's first run, against 305 s for lockd alone
+# and then 126 s for go tool grpcurl's).
+GRPCURL := github.com/fullstorydev/grpcurl/cmd/grpcurl
+
 .PHONY: run
-run: .bin/lockd ## Build .bin/lockd if it changed, and run it on its embedded store (127.0.0.1:50051), ready for grpcurl.
+run: ## Build .bin/lockd (and grpcurl) when changed, then run lockd on its embedded store (127.0.0.1:50051), ready for grpcurl.
+	@echo "building .bin/lockd and grpcurl (the first build takes a few minutes; later ones, seconds)"
+	$(GO) build -o .bin/ ./cmd/lockd $(GRPCURL)
 	.bin/lockd $(ARGS)
 
 .PHONY: build
