@@ -9,6 +9,7 @@ from datetime import datetime, timezone
 from typing import TYPE_CHECKING, Callable, List, Optional
 
 import grpc
+from google.protobuf.duration_pb2 import Duration
 
 from ._transport import Transport, now
 from .errors import LeaseLost, LockdError
@@ -28,6 +29,13 @@ MODES = {
 def seconds(d) -> float:
     """seconds converts a google.protobuf.Duration or Timestamp to float seconds."""
     return d.seconds + d.nanos / 1e9
+
+
+def duration(secs: float) -> Duration:
+    """duration converts float seconds to a google.protobuf.Duration."""
+    d = Duration()
+    d.FromNanoseconds(int(round(secs * 1e9)))
+    return d
 
 
 def to_datetime(ts) -> datetime:

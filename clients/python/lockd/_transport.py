@@ -16,7 +16,7 @@ from typing import Callable, List, Optional, Sequence, Tuple, TypeVar
 import grpc
 
 from .errors import LockdError
-from .v1 import election_pb2_grpc, lock_pb2_grpc, semaphore_pb2_grpc, token_pb2_grpc
+from .v1 import election_pb2_grpc, lock_pb2_grpc, ratelimit_pb2_grpc, semaphore_pb2_grpc, token_pb2_grpc
 
 T = TypeVar("T")
 
@@ -53,6 +53,7 @@ class Stubs:
         self.tokens = token_pb2_grpc.TokenServiceStub(channel)
         self.elections = election_pb2_grpc.ElectionServiceStub(channel)
         self.semaphores = semaphore_pb2_grpc.SemaphoreServiceStub(channel)
+        self.rate_limits = ratelimit_pb2_grpc.RateLimitServiceStub(channel)
 
 
 class Transport:
@@ -96,6 +97,7 @@ class Transport:
         self._mu = threading.Lock()
         self.current = 0
         self.closed = False
+        self._closing = threading.Event()
 
     def metadata(self) -> List[Tuple[str, str]]:
         """The call's metadata: the bearer token, re-read from token_file when it changed."""
@@ -154,8 +156,13 @@ class Transport:
             time.sleep(sleep)
             backoff = min(backoff * 2, 1.0)
 
+    def pause(self, secs: float) -> None:
+        """Sleeps secs seconds, or less when the transport is closed meanwhile."""
+        self._closing.wait(secs)
+
     def close(self) -> None:
         """Closes every channel; calls made after fail with CANCELLED."""
         self.closed = True
+        self._closing.set()
         for c in self.channels:
             c.close()

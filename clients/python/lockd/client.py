@@ -10,10 +10,11 @@ import uuid
 from typing import Optional, Sequence, Set
 
 import grpc
-from google.protobuf.duration_pb2 import Duration
 
 from ._election import LeaderInfo, Leadership, leader_info
 from ._lease import Lease
+from ._lease import duration as _duration
+from ._ratelimit import Decision, Rate, take_once, wait_turn
 from ._stream import Follow
 from ._transport import TLS, Transport, now
 from .errors import LockdError
@@ -22,12 +23,6 @@ from .v1 import election_pb2, lock_pb2, semaphore_pb2
 
 #: Waits longer than this are made of several calls, each within lockd's limits.
 MAX_WAIT_CHUNK = 60.0
-
-
-def _duration(secs: float) -> Duration:
-    d = Duration()
-    d.FromNanoseconds(int(round(secs * 1e9)))
-    return d
 
 
 def _positive(value: float, what: str) -> float:
@@ -127,6 +122,28 @@ class Client:
             lease = self._acquire_once(key, min(left, MAX_WAIT_CHUNK), "permit", ttl, owner, limit)
             if lease is not None or left <= MAX_WAIT_CHUNK:
                 return lease
+
+    # Rate limits.
+
+    def take(self, key: str, rate: Rate, *, cost: int = 1) -> Decision:
+        """Spends cost (default 1, at most the rate's burst) from the fleet-wide
+        rate limiter of key if rate allows it now, and returns the Decision:
+        not allowed is a decision (with ``retry_after``), not an error. Every
+        caller of key must give the same rate while its limiter is in use
+        (else LockdError FAILED_PRECONDITION). A retry on UNAVAILABLE, here or
+        on the next target, carries the call's request_id, so it never spends
+        twice. A bad cost or rate raises ValueError before any call."""
+        return take_once(self._transport, key, rate, cost, 0.0)
+
+    def wait(self, key: str, rate: Rate, *, cost: int = 1, timeout: Optional[float] = None) -> Decision:
+        """Spends cost (default 1) from the rate limiter of key, waiting for its
+        turn, and returns the allowed Decision. lockd keeps the caller's place
+        among the waiters (served in the order they came, without polling) and
+        answers when the turn comes. With ``timeout`` (seconds) it waits at most
+        that long, and raises RateLimited at once, spending nothing, when the
+        turn would come later; without it, it waits as long as it takes.
+        Options and errors as take."""
+        return wait_turn(self._transport, key, rate, cost, timeout)
 
     # Elections.
 

@@ -34,3 +34,21 @@ class LeaseLost(LockdError):
         super().__init__(f"lease on {key} lost", grpc.StatusCode.NOT_FOUND, reason)
         self.key = key
         self.reason = reason
+
+
+class RateLimited(LockdError):
+    """RateLimited says a ``Client.wait``'s turn would come only after its
+    timeout: lockd says so at once, rather than at the timeout, and nothing
+    was spent. ``key`` is the limiter's name, ``retry_after`` how many
+    seconds until the cost would be allowed if nobody else took meanwhile.
+    Its ``code`` is RESOURCE_EXHAUSTED.
+    """
+
+    def __init__(self, key: str, retry_after: float):
+        super().__init__(
+            f"rate limit {key}: not allowed within the timeout",
+            grpc.StatusCode.RESOURCE_EXHAUSTED,
+            f"allowed in {retry_after:.3f}s",
+        )
+        self.key = key
+        self.retry_after = retry_after

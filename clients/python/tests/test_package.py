@@ -74,6 +74,7 @@ class PackageTest(unittest.TestCase):
             self.assertIn("permit: permit\n", out)
             self.assertIn("leader py-1:8080 in term matching\n", out)
             self.assertIn("leader after resigning: None\n", out)
+            self.assertIn("rate limit: True, then False\n", out)
             self.assertIn("empty key: INVALID_ARGUMENT\n", out)
         finally:
             shutil.rmtree(tmp, ignore_errors=True)

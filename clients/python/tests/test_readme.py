@@ -1,5 +1,7 @@
 """Runs the Python example of the documentation (README.md and docs/), as
-written but for lockd's address, against a lockd on real Redis."""
+written but for lockd's address, against a lockd on real Redis. doc_block
+finds an example by the name in the comment above it; other tests run the
+examples of their own topic with it."""
 
 import re
 import subprocess
@@ -18,20 +20,33 @@ def documentation() -> str:
     return "\n".join(p.read_text() for p in pages)
 
 
+def doc_block(name: str) -> str:
+    """The python block that follows <!-- name ... --> in README.md or docs/;
+    a name must mark exactly one block."""
+    found = re.findall(r"<!-- " + re.escape(name) + r"[ :][^>]*-->\s*```python\n(.*?)```", documentation(), re.S)
+    if len(found) != 1:
+        raise AssertionError(f"{len(found)} python blocks named {name} in README.md and docs/, want 1")
+    return found[0]
+
+
+def run_example(source: str, addr: str) -> subprocess.CompletedProcess:
+    """Runs an example as written but for lockd's address, in the package's checkout."""
+    return subprocess.run(
+        [sys.executable, "-c", source.replace("127.0.0.1:50051", addr)],
+        cwd=SOURCE,
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+
+
 class ReadmeTest(unittest.TestCase):
     def test_the_readme_example_runs(self):
-        m = re.search(r"<!-- python-example[ :][^>]*-->\s*```python\n(.*?)```", documentation(), re.S)
-        self.assertIsNotNone(m, "README.md and docs/ have no python-example block")
+        example = doc_block("python-example")
         redis = harness.start_redis()
         lockd = harness.start_lockd(redis)
         try:
-            run = subprocess.run(
-                [sys.executable, "-c", m.group(1).replace("127.0.0.1:50051", lockd.addr)],
-                cwd=SOURCE,
-                capture_output=True,
-                text=True,
-                timeout=60,
-            )
+            run = run_example(example, lockd.addr)
         finally:
             lockd.stop()
             redis.stop()

@@ -8,7 +8,7 @@ from importlib import metadata
 import grpc
 
 import lockd
-from lockd import Client, LockdError
+from lockd import Client, LockdError, Rate
 
 dist = metadata.distribution("lockd-client")
 print(f"installed lockd-client {dist.version} ({dist.metadata['License']}) at {os.path.dirname(lockd.__file__)}")
@@ -25,6 +25,9 @@ with Client([os.environ.get("LOCKD_ADDR", "127.0.0.1:50051")], default_ttl=5) as
         seen = client.leader("consumer/scheduler")
         print(f"leader {seen.value} in term {'matching' if seen.term == leader.term else 'other'}")
     print(f"leader after resigning: {client.leader('consumer/scheduler')}")
+    hourly = Rate(1, 3600)
+    first, second = client.take("consumer/partner", hourly), client.take("consumer/partner", hourly)
+    print(f"rate limit: {first.allowed}, then {second.allowed}")
     try:
         client.try_acquire("")
     except LockdError as e:
