@@ -4,7 +4,10 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"strconv"
+	"strings"
 	"time"
+	"unicode"
 )
 
 // Acquire asks for a hold on req.Key in req.Mode, waiting up to req.Wait
@@ -38,7 +41,9 @@ func (c *Client) Acquire(ctx context.Context, req Request) (Result, error) {
 		req.Owner = "lockd-" + newID()
 	}
 	a := &attempt{c: c, ks: c.keys(req.Key), req: req, ownerGiven: ownerGiven, start: time.Now()}
-	a.freshIDs()
+	if err := a.freshIDs(); err != nil {
+		return Result{}, err
+	}
 
 	if req.Wait <= 0 {
 		res, err := a.tryInTime(ctx, 0)
@@ -148,12 +153,25 @@ type attempt struct {
 }
 
 // freshIDs gives the attempt a new attempt id and lease id.
-func (a *attempt) freshIDs() {
+func (a *attempt) freshIDs() error {
 	a.id = newAttemptID()
 	a.leaseID = newID()
 	if a.req.NewLeaseID != nil {
 		a.leaseID = a.req.NewLeaseID()
+		if err := validLeaseID(a.leaseID); err != nil {
+			return err
+		}
 	}
+	return nil
+}
+
+// validLeaseID checks an id made by Request.NewLeaseID: the lock record
+// keeps a lone lease in a '|'-separated string (common.lua).
+func validLeaseID(id string) error {
+	if id == "" || len(id) > 128 || strings.ContainsFunc(id, func(r rune) bool { return r == '|' || unicode.IsControl(r) }) {
+		return fmt.Errorf("%w: want 1 to 128 bytes without '|' or control characters, got %q", ErrInvalidLeaseID, id)
+	}
+	return nil
 }
 
 // tryInTime is try, but a grant whose reply came after its lease may have
@@ -185,7 +203,9 @@ func (a *attempt) tryInTime(ctx context.Context, wait time.Duration) (Result, er
 			late.undo(true)
 		}
 		a.replayed = false
-		a.freshIDs()
+		if err := a.freshIDs(); err != nil {
+			return Result{}, err
+		}
 		if !claimable || tries > 1 {
 			return Result{}, nil
 		}
@@ -207,14 +227,33 @@ func (a *attempt) try(ctx context.Context, wait time.Duration) (Result, error) {
 	if waitMs > 0 && a.req.Mode != Read {
 		a.queued = true
 	}
-	script, args := acquireScript, []any{a.req.Mode.arg(), a.req.Owner, a.leaseID, a.req.TTL.Milliseconds(), waitMs, a.id, given,
-		a.req.RequestID, a.c.lossGrace.Milliseconds(), a.ks.channel, a.c.publish}
+	request := requestKey(a.req.RequestID)
+	script, args := acquireScript, []any{a.req.Mode.arg() + given, a.req.Owner, a.leaseID, a.req.TTL.Milliseconds(), a.id, request,
+		strconv.FormatInt(waitMs, 10) + "|" + strconv.FormatInt(a.c.lossGrace.Milliseconds(), 10) + "|" + a.c.publish}
 	if a.req.Mode == Permit {
 		script, args = semaphoreAcquireScript, []any{a.req.Limit, a.req.Owner, a.leaseID, a.req.TTL.Milliseconds(), a.id, given,
-			a.req.RequestID, a.c.lossGrace.Milliseconds(), waitMs, a.ks.channel, a.c.publish}
+			request, a.c.lossGrace.Milliseconds(), waitMs, a.ks.channel, a.c.publish}
 	}
 	sent := time.Now()
-	reply, err := a.c.run(ctx, script, a.ks, a.ks.scriptKeys(true), args...)
+	raw, err := a.c.runRaw(ctx, script, a.ks, a.ks.scriptKeys(true), args...)
+	if token, ok := raw.(string); ok && err == nil {
+		// The fast path's answer: a fresh lease as asked, held once from
+		// the token's instant.
+		l, perr := a.freshLease(token)
+		if perr != nil {
+			return Result{}, perr
+		}
+		a.queued = false
+		a.replayed = false
+		l.sent = sent
+		return Result{Acquired: true, Lease: l}, nil
+	}
+	reply, _ := raw.([]any)
+	if errors.Is(err, ErrNotReplicated) {
+		if _, ok := raw.(string); ok {
+			reply = []any{int64(1)}
+		}
+	}
 	if errors.Is(err, ErrNotReplicated) && (status(reply) == 1) {
 		// Granted on the master but not confirmed by its replicas: a
 		// failover could lose it, so give it back.
@@ -252,6 +291,37 @@ func (a *attempt) try(ctx context.Context, wait time.Duration) (Result, error) {
 		return Result{}, fmt.Errorf("%w: key %q", ErrUpgrade, a.req.Key)
 	}
 	return Result{}, fmt.Errorf("redislock: unexpected acquire reply %v", reply)
+}
+
+// freshLease is the lease the fast path granted: the one asked for, held
+// once from Redis's clock at the grant, which is the fencing token (in
+// microseconds) unless the reply gives it after a '/'.
+func (a *attempt) freshLease(reply string) (Lease, error) {
+	token, clock, _ := strings.Cut(reply, "/")
+	n, err := strconv.ParseUint(token, 10, 64)
+	if err != nil {
+		return Lease{}, fmt.Errorf("redislock: unexpected acquire reply %q", reply)
+	}
+	now := int64(n / 1000)
+	if clock != "" {
+		us, err := strconv.ParseInt(clock, 10, 64)
+		if err != nil {
+			return Lease{}, fmt.Errorf("redislock: unexpected acquire reply %q", reply)
+		}
+		now = us / 1000
+	}
+	return Lease{
+		Key:          a.req.Key,
+		ID:           a.leaseID,
+		Owner:        a.req.Owner,
+		Mode:         a.req.Mode,
+		FencingToken: n,
+		TTL:          a.req.TTL.Truncate(time.Millisecond),
+		ExpireTime:   time.UnixMilli(now + a.req.TTL.Milliseconds()),
+		HoldCount:    1,
+		remaining:    a.req.TTL.Truncate(time.Millisecond),
+		now:          now,
+	}, nil
 }
 
 // finish reports the outcome, and undoes a hold granted to a caller that
@@ -326,7 +396,7 @@ func (a *attempt) abandon(ctx context.Context, undoHold bool) error {
 		hold = "1"
 	}
 	return abandonScript.Run(ctx, a.c.rdb, a.ks.scriptKeys(false),
-		a.id, a.req.Mode.arg(), a.req.Owner, hold, a.ks.channel, a.c.publish, a.req.RequestID).Err()
+		a.id, a.req.Mode.arg(), a.req.Owner, hold, a.ks.channel, a.c.publish, requestKey(a.req.RequestID)).Err()
 }
 
 const (

@@ -2,21 +2,25 @@
 --
 -- KEYS[1] the lock's record (see common.lua)
 -- KEYS[2] optional data-loss marker of its slot
--- ARGV[1] mode: 'r' or 'w'
+-- ARGV[1] mode, 'r' or 'w', then '1' when the caller named the owner or '0'
+--         when lockd made one up: 'w1', 'r0', ...
 -- ARGV[2] owner
 -- ARGV[3] lease_id to use if a new lease is granted
 -- ARGV[4] ttl_ms
--- ARGV[5] wait_ms: 0 tries once; otherwise a write request that is refused
---         takes (or keeps) a place in the queue until now + wait_ms
--- ARGV[6] attempt id of this Acquire call: its place in the queue, and the
+-- ARGV[5] attempt id of this Acquire call: its place in the queue, and the
 --         tag of the hold it adds, so that hold can be undone
--- ARGV[7] '1' when the caller named the owner, '0' when lockd made one up
--- ARGV[8] request_id, or '' for none
--- ARGV[9] grace_ms: how long new grants wait after Redis lost its data
--- ARGV[10] channel that wakes waiters
--- ARGV[11] publish command: PUBLISH or SPUBLISH
--- Every reply starts {status, now_ms, hold_until_ms}; hold_until is when
--- grants held back after a data loss resume (0 or past: none). Then:
+-- ARGV[6] request (a digest of the request_id), or '' for none
+-- ARGV[7] "<wait_ms>|<grace_ms>|<publish command>": wait_ms 0 tries once;
+--         otherwise a write request that is refused takes (or keeps) a
+--         place in the queue until now + wait_ms; grace_ms is how long new
+--         grants wait after Redis lost its data; PUBLISH or SPUBLISH wakes
+--         waiters on <record>:released
+-- The fast path answers a fresh lease on a free key with a string: its
+-- fencing token, then, if that is not Redis's clock in microseconds at the
+-- grant, '/' and the clock: the lease is the one asked for, held once, for
+-- ttl from that instant. Every other reply starts {status, now_ms,
+-- hold_until_ms}; hold_until is when grants held back after a data loss
+-- resume (0 or past: none). Then:
 --   granted:  {1, now, hold, lease_id, mode, hold_count, fencing_token, ttl_ms, expire_ms, owner}
 --   replayed: {2, ...} the same fields, from a retried request_id's first result
 --   busy:     {0, now, hold, retry_after_ms, holder, 0, behind}; holder is
@@ -28,10 +32,43 @@
 --   upgrade:  {-2, now, hold} an owner holding only a read lease asked for write
 --   in use:   {-4, now, hold} the key's permits are held (it is a semaphore)
 
-local mode, owner, new_id = ARGV[1], ARGV[2], ARGV[3]
-local ttl, wait_ms, attempt = tonumber(ARGV[4]), tonumber(ARGV[5]), ARGV[6]
-local given, request, grace = ARGV[7], ARGV[8], tonumber(ARGV[9])
-local channel, publish_cmd = ARGV[10], ARGV[11]
+-- The fast path: a key that does not exist (nobody holds it, nobody waits
+-- for it), with no grant held back by a data loss (its slot's marker
+-- reads '0'), becomes a lone lease in one SET NX PX: a GET, TIME and the
+-- SET, and no Lua worth the name. The key's expiry is the lease's. A key
+-- released a moment ago keeps its last fencing token for a second
+-- ("f|<token>", common.lua), which the new token exceeds even if Redis's
+-- clock has not moved on. Anything else falls through to the full script
+-- below.
+do
+  if not KEYS[2] or redis.call('GET', KEYS[2]) == '0' then
+    local t = redis.call('TIME')
+    local token = t[1] .. string.rep('0', 6 - #t[2]) .. t[2]
+    local lease = '|' .. ARGV[4] .. '|' .. ARGV[3] .. '|' .. ARGV[5] .. '|' .. ARGV[6] .. '||' .. ARGV[2]
+    local was = redis.pcall('SET', KEYS[1], ARGV[1] .. '|' .. token .. lease, 'NX', 'PX', ARGV[4], 'GET')
+    if not was then
+      return token
+    elseif type(was) == 'string' and string.sub(was, 1, 2) == 'f|' then
+      local fence = tonumber(string.sub(was, 3))
+      if fence then
+        local now = token
+        if fence >= tonumber(token) then
+          token = string.format('%.0f', fence + 1)
+        end
+        redis.call('SET', KEYS[1], ARGV[1] .. '|' .. token .. lease, 'PX', ARGV[4])
+        return token .. '/' .. now
+      end
+    end
+  end
+end
+
+--[[common]]
+
+local mode, given = string.sub(ARGV[1], 1, 1), string.sub(ARGV[1], 2, 2)
+local owner, new_id, ttl, attempt, request = ARGV[2], ARGV[3], tonumber(ARGV[4]), ARGV[5], ARGV[6]
+local wait_ms, grace, publish_cmd = string.match(ARGV[7], '^(%d+)|(%d+)|(%a+)$')
+wait_ms, grace = tonumber(wait_ms), tonumber(grace)
+local channel = rec .. ':released'
 
 local hold = check_marker(grace)
 begin()
@@ -46,9 +83,9 @@ end
 -- field-value pairs to write with the lease.
 local function granted(id, l, extra)
   add_attempt(l, attempt)
+  remember(request, given, id, l)
   put_lease(id, l, extra)
   leave_queue(attempt)
-  remember(request, given, id, l)
   tidy()
   return lease_reply(1, hold, id, l)
 end
@@ -125,6 +162,10 @@ if blocked_for then
   if mode == 'w' and wait_ms > 0 then
     join_queue(attempt, wait_ms)
     if queue_head() ~= attempt then behind = 1 end
+  elseif wait_ms > 0 then
+    -- A reader that waits is woken when readers may go in; releases
+    -- publish that only while some reader may be waiting.
+    h.rw = math.max(h.rw, now_ms + wait_ms)
   end
   tidy()
   return {0, now_ms, hold, blocked_for, holder(writer), 0, behind}

@@ -1,15 +1,30 @@
--- common.lua is prepended to every lock script. It holds the record layout
+-- common.lua is spliced into every lock script, after the script's fast
+-- path (where it has one) and before the rest: only calls that leave the
+-- fast path pay for defining these functions. It holds the record layout
 -- and the bookkeeping every operation starts and ends with.
 --
--- A lock is ONE Redis hash, KEYS[1] = <prefix>:{<key>}, so that eviction or
--- expiry takes all of it or nothing. Its fields:
+-- A lock is ONE Redis key, KEYS[1] = <prefix>:{<key>}, so that eviction or
+-- expiry takes all of it or nothing. A lock held by one lease with nothing
+-- else to keep (the common case, granted by acquire.lua's fast path) is a
+-- string whose expiry is the lease's:
+--
+--   "<mode><owner_given>|<fencing_token>|<ttl_ms>|<lease_id>|<attempt>|
+--    <request>|<keeper>|<owner>"
+--
+-- (mode r or w; the lease is held once; attempt, request and keeper as in
+-- x: below, so lease ids never hold '|'). Release and Renew serve it in a
+-- few commands; any other script first turns it into the hash it stands
+-- for (promote, below). A lock whose last hold just ended is the string
+-- "f|<fencing_token>" for GRACE_MS, so that the next token exceeds it even
+-- if Redis's clock has not moved on. Otherwise the lock is a hash, with
+-- the fields:
 --
 --   fence            last fencing token issued for the key
 --   w                lease_id of the write holder, if any
 --   nl               number of leases held
 --   nw               number of waiters queued (q:): writers, and callers
 --                    waiting for a semaphore's permit
---   nr               number of remembered request results (ra:, rr:)
+--   nr               number of remembered Acquire results (ra:)
 --   qs               arrival counter of the queue: the seq last given out
 --   qh               the queue's head is the lowest live seq above qh;
 --                    seqs up to qh are done with (granted, left, expired)
@@ -18,6 +33,9 @@
 --                    once it has passed, so operations stay O(1)
 --   last             nothing expires after this (ms): the hash expires
 --                    GRACE_MS later
+--   rw               until when readers may be waiting (ms): a reader
+--                    refused while willing to wait sets it, and only while
+--                    it lies ahead does a release wake readers ('r')
 --   lim              while semaphore permits are held: the semaphore's
 --                    limit. Absent (zero) otherwise; then no lease is a
 --                    permit. A key is a lock or a semaphore, never both.
@@ -31,11 +49,15 @@
 --   l:<lease_id>     a lease: "<mode>|<hold_count>|<fencing_token>|<ttl_ms>|
 --                    <owner>"; mode is r (read), w (write; an election's
 --                    leader is one) or p (a semaphore permit)
---   x:<lease_id>     its changing part: "<expire_ms>|<keeper>|<attempts>";
+--   x:<lease_id>     its changing part: "<expire_ms>|<keeper>|<attempts>|
+--                    <remembered>";
 --                    keeper is the id of the lease's newest KeepAlive;
 --                    attempts lists the Acquire attempts (newest last, at most
 --                    MAX_ATTEMPTS) whose hold the lease still counts, so an
---                    attempt whose reply was lost can be undone exactly. (Two
+--                    attempt whose reply was lost can be undone exactly;
+--                    remembered lists the request keys whose ra: results
+--                    name the lease, dropped with it (at most MAX_ATTEMPTS
+--                    too; an older one runs out by its own expiry). (Two
 --                    fields keep each value short, and with it the hash in
 --                    Redis's compact encoding.)
 --   o:<mode>:<owner> that owner's lease_id in that mode (reentrancy)
@@ -46,10 +68,16 @@
 --                    holds nobody up for longer.
 --   s:<seq>          the attempt queued at seq, so the head is found by
 --                    walking up from qh (each seq is passed once)
---   ra:<request_id>  an Acquire's first result, replayed to its retries:
+--   ra:<request>     an Acquire's first result, replayed to its retries
+--                    while its lease is held:
 --                    "<expire_ms>|<owner_given>|<lease_id>|<mode>|<hold_count>|
---                    <fencing_token>|<ttl_ms>|<owner>"
---   rr:<request_id>  a Release's first result: "<expire_ms>|<lease_id>|<hold_count>"
+--                    <fencing_token>|<ttl_ms>|<owner>"; <request> is a digest
+--                    of the request_id (keys.go), so it is short and safe
+--
+-- A Release's first result, replayed to its retries, is a string key of
+-- its own in the same hash slot, <prefix>:rr:{<key>}:<request>, holding
+-- "<lease_id>|<hold_count>" for the lease's ttl: it outlives the lease it
+-- ended, and never makes the hash grow with the releases of a busy key.
 --
 -- Leases, waiters and results each carry their own expiry; purge drops them
 -- when it passes. Any state a script cannot make sense of (a field that does
@@ -80,8 +108,7 @@
 
 local rec = KEYS[1]
 
--- GRACE_MS is how long the hash outlives the last thing it serves, so the
--- fencing counter survives quick release/acquire cycles.
+-- GRACE_MS is how long the hash outlives the last thing it serves.
 local GRACE_MS = 1000
 -- MAX_ATTEMPTS bounds the attempts a lease remembers for undoing.
 local MAX_ATTEMPTS = 32
@@ -99,7 +126,7 @@ end
 local h = {}
 local was = {}
 
-local HEADER = {'fence', 'nl', 'nw', 'nr', 'qs', 'qh', 'due', 'last', 'lim'}
+local HEADER = {'fence', 'nl', 'nw', 'nr', 'qs', 'qh', 'due', 'last', 'lim', 'rw'}
 
 -- lost_record reports whether this script found the record inconsistent.
 local lost_record = false
@@ -147,6 +174,51 @@ local function save()
   end
 end
 
+-- promote turns a lock kept as a string (see above) into its hash: the
+-- lease, its owner pointer, the write holder, the fencing counter and,
+-- with a request, its remembered result. A string that does not parse is
+-- treated as lost, as lose does: its holder gets NOT_FOUND.
+local function promote()
+  if redis.call('TYPE', rec)['ok'] ~= 'string' then
+    return
+  end
+  local v = redis.call('GET', rec)
+  local at = redis.call('PEXPIRETIME', rec)
+  redis.call('DEL', rec)
+  local fence = string.match(v, '^f|(%d+)$')
+  if fence then
+    redis.call('HSET', rec, 'fence', fence)
+    redis.call('PEXPIREAT', rec, math.max(at, now_ms + 1))
+    return
+  end
+  local mode, given, token, ttl, id, attempt, request, keeper, owner =
+    string.match(v, '^([rw])([01])|(%d+)|(%d+)|([^|]+)|([%w_%-]*)|([%w_%-]*)|([%w_%-]*)|(.*)$')
+  if not mode then
+    -- Lost: the next token still exceeds any this string may have held.
+    redis.call('HSET', rec, 'fence', num(now_us))
+    redis.call('PEXPIRE', rec, GRACE_MS)
+    return
+  elseif at <= now_ms then
+    return
+  end
+  local expire = num(at)
+  local fields = {'fence', token, 'nl', '1', 'l:' .. id, mode .. '|1|' .. token .. '|' .. ttl .. '|' .. owner,
+    'x:' .. id, expire .. '|' .. keeper .. '|' .. attempt .. '|' .. request,
+    'o:' .. mode .. ':' .. owner, id, 'due', expire, 'last', expire}
+  if mode == 'w' then
+    table.insert(fields, 'w')
+    table.insert(fields, id)
+  end
+  if request ~= '' then
+    table.insert(fields, 'ra:' .. request)
+    table.insert(fields, table.concat({expire, given, id, mode, '1', token, ttl, owner}, '|'))
+    table.insert(fields, 'nr')
+    table.insert(fields, '1')
+  end
+  redis.call('HSET', rec, unpack(fields))
+  redis.call('PEXPIREAT', rec, at + GRACE_MS)
+end
+
 -- expires notes an expiry in due and last.
 local function expires(at)
   if not h.due or at < h.due then h.due = at end
@@ -159,7 +231,7 @@ local function lose()
   lost_record = true
   local fence = math.max(h.fence or 0, now_us)
   redis.call('DEL', rec)
-  h = {fence = fence, nl = 0, nw = 0, nr = 0, qs = 0, qh = 0, due = nil, last = now_ms, lim = 0}
+  h = {fence = fence, nl = 0, nw = 0, nr = 0, qs = 0, qh = 0, due = nil, last = now_ms, lim = 0, rw = 0}
   was = {}
 end
 
@@ -169,12 +241,12 @@ local function decode(ls, xs)
     return nil
   end
   local mode, count, token, ttl, owner = string.match(ls, '^([rwp])|(%d+)|(%d+)|(%d+)|(.*)$')
-  local exp, keeper, attempts = string.match(xs, '^(%d+)|([%w_%-]*)|([%w_,%-]*)$')
+  local exp, keeper, attempts, remembered = string.match(xs, '^(%d+)|([%w_%-]*)|([%w_,%-]*)|([%w_,%-]*)$')
   if not mode or not exp or tonumber(count) < 1 then
     return nil
   end
   return {mode = mode, count = tonumber(count), token = tonumber(token), ttl = tonumber(ttl),
-    expire = tonumber(exp), keeper = keeper, attempts = attempts, owner = owner}
+    expire = tonumber(exp), keeper = keeper, attempts = attempts, remembered = remembered, owner = owner}
 end
 
 -- get_lease returns the record of a held lease, or nil. A lease that does
@@ -199,10 +271,22 @@ end
 -- put_lease writes a lease, with extra field-value pairs if given.
 local function put_lease(id, l, extra)
   local args = {'l:' .. id, l.mode .. '|' .. num(l.count) .. '|' .. num(l.token) .. '|' .. num(l.ttl) .. '|' .. l.owner,
-    'x:' .. id, num(l.expire) .. '|' .. l.keeper .. '|' .. l.attempts}
+    'x:' .. id, num(l.expire) .. '|' .. l.keeper .. '|' .. l.attempts .. '|' .. l.remembered}
   for _, v in ipairs(extra or {}) do table.insert(args, v) end
   redis.call('HSET', rec, unpack(args))
   expires(l.expire)
+end
+
+-- forget_results drops the remembered Acquire results that name a lease
+-- (those still there: one may have run out already).
+local function forget_results(l)
+  if l.remembered == '' then
+    return
+  end
+  local fields = {}
+  for r in string.gmatch(l.remembered, '[^,]+') do table.insert(fields, 'ra:' .. r) end
+  h.nr = h.nr - redis.call('HDEL', rec, unpack(fields))
+  l.remembered = ''
 end
 
 -- drop removes one lease and everything that points at it.
@@ -214,6 +298,7 @@ local function drop(id, l)
   end
   redis.call('HDEL', rec, unpack(fields))
   h.nl = h.nl - 1
+  forget_results(l)
 end
 
 -- has_attempt, add_attempt and remove_attempt keep a lease's attempt list.
@@ -251,7 +336,7 @@ local function scan()
   local leases, xs, live, owners, gone, expired = {}, {}, {}, {}, {}, {}
   local queued, places = {}, {} -- live q: entries' seqs by attempt; s: fields
   local dropped = false
-  local was = {l = 0, q = 0, ra = 0, rr = 0} -- expired entries of each kind
+  local was = {l = 0, q = 0, ra = 0} -- expired entries of each kind
   local function note(at)
     if not due or at < due then due = at end
     if at > last then last = at end
@@ -267,7 +352,7 @@ local function scan()
       table.insert(owners, {f, v})
     elseif kind == 's' then
       table.insert(places, {f, v})
-    elseif kind == 'q' or kind == 'ra' or kind == 'rr' then
+    elseif kind == 'q' or kind == 'ra' then
       local seq, at
       if kind == 'q' then
         seq, at = string.match(v, '^(%d+)|(%d+)$')
@@ -323,7 +408,7 @@ local function scan()
     end
   end
   -- The counters agree with what the hash holds.
-  if nl + was.l ~= h.nl or nw + was.q ~= h.nw or nr + was.ra + was.rr ~= h.nr then
+  if nl + was.l ~= h.nl or nw + was.q ~= h.nw or nr + was.ra ~= h.nr then
     lose()
     return true
   end
@@ -387,13 +472,15 @@ local function tidy()
     scan()
   end
   if h.nl == 0 and h.nw == 0 and h.nr == 0 then
-    if h.fence == 0 then
-      -- Never granted, nothing to keep: leave no trace, not even the
-      -- counters of a queue that came and went.
+    -- Nothing held, awaited or remembered: only the fencing token stays,
+    -- for GRACE_MS; then the next token comes from Redis's clock alone,
+    -- past every token given so far.
+    if h.fence > 0 then
+      redis.call('SET', rec, 'f|' .. num(h.fence), 'PX', GRACE_MS)
+    else
       redis.call('DEL', rec)
-      return
     end
-    h.due, h.last = nil, now_ms
+    return
   end
   save()
   redis.call('PEXPIRE', rec, num(math.max(h.last, now_ms) - now_ms + GRACE_MS))
@@ -474,8 +561,9 @@ end
 
 -- wake_next tells the waiters who may now be granted: the head of the
 -- queue, if it can take the key; with nobody queued and no writer holding,
--- every waiting reader. A lost record, or queued waiters of unknown order
--- (queued by an older lockd), wake everyone.
+-- every waiting reader (if any may be waiting: rw). A lost record, or
+-- queued waiters of unknown order, wake everyone. Nobody waiting, nothing
+-- is published.
 local function wake_next(channel, command)
   if lost_record then
     redis.call(command, channel, 'released')
@@ -488,7 +576,7 @@ local function wake_next(channel, command)
     end
   elseif h.nw > 0 then
     redis.call(command, channel, 'released')
-  elseif not h.w and h.lim == 0 then
+  elseif not h.w and h.lim == 0 and h.rw > now_ms then
     redis.call(command, channel, 'r')
   end
 end
@@ -506,6 +594,9 @@ local function check_marker(grace_ms)
   if not hold then
     hold = now_ms + grace_ms
     redis.call('SET', marker, num(hold))
+  elseif hold > 0 and hold <= now_ms then
+    -- The hold is over: '0' lets the fast paths serve the slot again.
+    redis.call('SET', marker, '0')
   end
   return hold
 end
@@ -537,12 +628,24 @@ local function replay(request, mode, given, owner, hold)
   return nil, ''
 end
 
--- remember keeps a grant's result for retries of request ('' for none).
+-- remember keeps a grant's result for retries of request ('' for none),
+-- and notes it in the lease (l.remembered), which the caller writes after,
+-- so that it goes when the lease does.
 local function remember(request, given, id, l)
-  if request ~= '' and redis.call('HSET', rec, 'ra:' .. request, table.concat({num(l.expire), given, id, l.mode,
+  if request == '' then
+    return
+  end
+  if redis.call('HSET', rec, 'ra:' .. request, table.concat({num(l.expire), given, id, l.mode,
       num(l.count), num(l.token), num(l.ttl), l.owner}, '|')) == 1 then
     h.nr = h.nr + 1
   end
+  local list = {}
+  for r in string.gmatch(l.remembered, '[^,]+') do
+    if r ~= request then table.insert(list, r) end
+  end
+  table.insert(list, request)
+  while #list > MAX_ATTEMPTS do table.remove(list, 1) end
+  l.remembered = table.concat(list, ',')
 end
 
 -- reentered adds a hold to the lease the owner holds in mode, if any, and
@@ -573,7 +676,8 @@ local function new_lease(mode, owner, ttl)
   local token = math.max(h.fence + 1, now_us)
   h.fence = token
   h.nl = h.nl + 1
-  return {mode = mode, count = 1, token = token, ttl = ttl, expire = now_ms + ttl, keeper = '', attempts = '', owner = owner}
+  return {mode = mode, count = 1, token = token, ttl = ttl, expire = now_ms + ttl, keeper = '', attempts = '', remembered = '',
+    owner = owner}
 end
 
 -- writer_lease returns the lease id if it holds the key for writing (an
@@ -621,3 +725,6 @@ end
 local function lease_reply(status, hold, id, l)
   return {status, now_ms, hold, id, l.mode, l.count, l.token, l.ttl, l.expire, l.owner}
 end
+
+-- Every script that gets this far works on the hash.
+promote()

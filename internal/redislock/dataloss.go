@@ -92,14 +92,7 @@ func (w *lossWatch) prepare(ctx context.Context) error {
 		return nil
 	}
 	c := w.c
-	var markers []string
-	if c.cluster == nil {
-		markers = []string{c.markerOf("")}
-	} else {
-		for slot := range slotCount {
-			markers = append(markers, c.markerForSlot(slot))
-		}
-	}
+	markers := c.allMarkers()
 	created := 0
 	const chunk = 2048
 	for i := 0; i < len(markers); i += chunk {
@@ -129,6 +122,15 @@ func (w *lossWatch) prepare(ctx context.Context) error {
 		}
 	}
 	return nil
+}
+
+// allMarkers names the data-loss markers of every hash slot.
+func (c *Client) allMarkers() []string {
+	markers := make([]string, slotCount)
+	for slot := range slotCount {
+		markers[slot] = c.markerForSlot(slot)
+	}
+	return markers
 }
 
 // uptime is the shortest uptime of the masters, or -1 if unknown.
@@ -250,7 +252,7 @@ func (w *lossWatch) poll(ctx context.Context) {
 			return // unreachable now: judged when it answers
 		}
 		if prev != "" && prev != id {
-			w.lost(ctx, []string{w.c.markerOf("")})
+			w.lost(ctx, w.c.allMarkers())
 		}
 		w.runIDs = runIDs
 		return
@@ -304,22 +306,73 @@ func (w *lossWatch) poll(ctx context.Context) {
 // markers whose hold could not be written (the master not back in service
 // yet), with the first error.
 func (w *lossWatch) holdSlots(ctx context.Context, markers []string) ([]string, error) {
-	grace := w.c.lossGrace.Milliseconds()
-	pipe := w.c.rdb.Pipeline()
-	cmds := make([]*redis.Cmd, len(markers))
-	for i, m := range markers {
-		// EVAL with the script's text: this is rare, and a Redis that
-		// just restarted has no script cached.
-		cmds[i] = holdScript.Eval(ctx, pipe, []string{m}, grace)
-	}
-	_, err := pipe.Exec(ctx)
+	return holdMarkers(ctx, w.c.rdb, markers, w.c.lossGrace)
+}
+
+// holdChunk is how many markers one pipeline holds.
+const holdChunk = 2048
+
+// pipeliner makes pipelines: a client, or one connection.
+type pipeliner interface {
+	Pipeline() redis.Pipeliner
+}
+
+// holdMarkers runs hold.lua for every marker, in pipelines, and returns the
+// markers it could not hold with the first error. Markers that met a Redis
+// without the script cached (it just restarted) are sent again once one of
+// them has loaded it, with the text only where still needed.
+func holdMarkers(ctx context.Context, rdb pipeliner, markers []string, grace time.Duration) ([]string, error) {
 	var failed []string
-	for i, cmd := range cmds {
-		if cmd.Err() != nil {
-			failed = append(failed, markers[i])
+	var first error
+	for i := 0; i < len(markers); i += holdChunk {
+		chunk := markers[i:min(i+holdChunk, len(markers))]
+		cmds := make([]*redis.Cmd, len(chunk))
+		send := func(idx []int, loaded bool) {
+			pipe := rdb.Pipeline()
+			for _, j := range idx {
+				if loaded {
+					cmds[j] = holdScript.EvalSha(ctx, pipe, []string{chunk[j]}, grace.Milliseconds())
+				} else {
+					cmds[j] = holdScript.Eval(ctx, pipe, []string{chunk[j]}, grace.Milliseconds())
+				}
+			}
+			_, _ = pipe.Exec(ctx)
+		}
+		all := make([]int, len(chunk))
+		for j := range all {
+			all[j] = j
+		}
+		send(all, true)
+		for pass := 0; pass < 2; pass++ {
+			var again []int
+			for j, cmd := range cmds {
+				if isNoScript(cmd.Err()) {
+					again = append(again, j)
+				}
+			}
+			if len(again) == 0 {
+				break
+			}
+			// The first pass loads the script with one EVAL and tries the
+			// rest by hash again; the second sends the text to whoever
+			// still lacks it (other nodes of a Cluster).
+			if pass == 0 {
+				send(again[:1], false)
+				send(again[1:], true)
+			} else {
+				send(again, false)
+			}
+		}
+		for j, cmd := range cmds {
+			if err := cmd.Err(); err != nil {
+				failed = append(failed, chunk[j])
+				if first == nil {
+					first = err
+				}
+			}
 		}
 	}
-	return failed, err
+	return failed, first
 }
 
 // lost holds grants back on the slots of markers, to be retried at every

@@ -420,7 +420,7 @@ func TestWaiterOnANeverGrantedKeyLeavesNothingBehind(t *testing.T) {
 	ctx := ctxT(t, 30*time.Second)
 	mustAcquire(t, c, redislock.Request{Key: "other", Mode: redislock.Write, TTL: time.Minute})
 	// Redis "loses" lockd's data: grants are held back from now on.
-	if err := rdb.Del(ctx, "lockd:marker").Err(); err != nil {
+	if err := rdb.FlushAll(ctx).Err(); err != nil {
 		t.Fatal(err)
 	}
 	res, err := c.Acquire(ctx, redislock.Request{Key: "never", Mode: redislock.Write, TTL: time.Minute, Wait: 300 * time.Millisecond})

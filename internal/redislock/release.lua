@@ -3,19 +3,57 @@
 -- that KeepAlive is still the lease's newest keeper.
 --
 -- KEYS[1] the lock's record (see common.lua)
+-- KEYS[2] with a request: its remembered result, <prefix>:rr:{<key>}:<request>
 -- ARGV[1] lease_id
--- ARGV[2] request_id, or '' for none
--- ARGV[3] channel that wakes waiters
--- ARGV[4] publish command: PUBLISH or SPUBLISH
--- ARGV[5] keeper id: '' takes one hold; otherwise the whole lease goes,
+-- ARGV[2] request (a digest of the request_id), or '' for none
+-- ARGV[3] keeper id: '' takes one hold; otherwise the whole lease goes,
 --         but only if this is its newest keeper
+-- ARGV[4] publish command, PUBLISH or SPUBLISH, that wakes waiters on
+--         <record>:released
 -- Returns {1, hold_count, mode, held_ms} (hold_count 0 when the lease ended;
 -- held_ms is how long since the lease was granted, read off its fencing
 -- token, which is Redis's clock in microseconds at the grant), {1,
 -- hold_count} for a retried request, {-1} when the lease is not held, and
--- {-3} when a newer KeepAlive keeps the lease.
+-- {-3} when a newer KeepAlive keeps the lease. The fast path ends a lone
+-- lease with {5, fencing_token} (write) or {6, fencing_token} (read).
 
-local id, request, channel, publish_cmd, keeper = ARGV[1], ARGV[2], ARGV[3], ARGV[4], ARGV[5]
+-- The fast path: the lock is a lone lease kept as a string (common.lua),
+-- which only exists while the lease runs and which nobody waits for: it
+-- ends with a GET and a SET of the fencing token left behind. A key that
+-- does not exist, or holds another lease or only a token, means this one
+-- is not held. A request adds the check and the SET
+-- of its remembered result. Anything else falls through to the full
+-- script below.
+do
+  local id, request = ARGV[1], ARGV[2]
+  if ARGV[3] == '' and (request == '' or redis.call('EXISTS', KEYS[2]) == 0) then
+    local v = redis.pcall('GET', KEYS[1])
+    if not v then
+      return {-1}
+    end
+    if type(v) == 'string' then
+      local mode, token, ttl, held = string.match(v, '^([rw])[01]|(%d+)|(%d+)|([^|]+)|')
+      if (held and held ~= id) or string.sub(v, 1, 2) == 'f|' then
+        return {-1}
+      elseif held then
+        -- The key keeps the fencing token for a second (common.lua).
+        redis.call('SET', KEYS[1], 'f|' .. token, 'PX', 1000)
+        if request ~= '' then
+          redis.call('SET', KEYS[2], id .. '|0', 'PX', ttl)
+        end
+        if mode == 'w' then
+          return {5, token}
+        end
+        return {6, token}
+      end
+    end
+  end
+end
+
+--[[common]]
+
+local id, request, keeper, publish_cmd = ARGV[1], ARGV[2], ARGV[3], ARGV[4]
+local channel = rec .. ':released'
 
 local expired = begin()
 

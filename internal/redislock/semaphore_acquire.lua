@@ -45,8 +45,8 @@ end
 -- free, the next in the queue is woken for it.
 local function granted(id, l, extra)
   add_attempt(l, attempt)
-  put_lease(id, l, extra)
   remember(request, given, id, l)
+  put_lease(id, l, extra)
   h.lim = limit
   if leave_queue(attempt) and h.nl < limit then
     local head = queue_head()
