@@ -16,9 +16,15 @@ JAVA_APT_PACKAGES := protobuf-compiler protobuf-compiler-grpc-java-plugin libpro
   libperfmark-java libgoogle-gson-java libjsr305-java libgeronimo-annotation-1.3-spec-java \
   junit5 openssl
 
+# The Go modules of this repository: lockd itself, the Go client and the
+# generated messages it uses. The client and gen/ are modules of their own
+# (a program using the client gets only what it uses); lockd uses them
+# through replace directives. `go test ./...` from here does not enter them.
+GO_MODULES := . client gen
+
 .PHONY: help
 help: ## List the targets.
-	@grep -hE '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  %-10s %s\n", $$1, $$2}'
+	@grep -hE '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  %-15s %s\n", $$1, $$2}'
 
 .PHONY: run
 run: ## Run lockd on its embedded store (127.0.0.1:50051), ready for grpcurl.
@@ -27,7 +33,11 @@ run: ## Run lockd on its embedded store (127.0.0.1:50051), ready for grpcurl.
 .PHONY: test
 test: deps lint ## Install what is missing, then run every test (with -race) against real Redis.
 	$(GO) test -race -count=1 -timeout 20m ./...
-	@$(MAKE) test-java test-node
+	@$(MAKE) test-go-client test-java test-node
+
+.PHONY: test-go-client
+test-go-client: .bin/lockd ## Run the Go client module's tests and examples against a lockd process.
+	cd client && LOCKD_BIN=$(CURDIR)/.bin/lockd $(GO) test -race -count=1 -timeout 10m ./...
 
 .PHONY: test-java
 test-java: java-deps .bin/lockd .bin/wechat-fake ## Build the Java client and run its tests against lockd processes.
@@ -82,23 +92,26 @@ deps: ## Install redis-server, docker-compose, curl and chromium from Debian whe
 	@redis-server --version
 
 .PHONY: lint
-lint: ## buf lint and format, go vet, gofmt, generated code current, compose syntax.
+lint: ## buf lint and format; go vet, gofmt and go mod tidy over every Go module; generated code current; compose syntax.
 	$(GO) tool buf lint
 	$(GO) tool buf format --diff --exit-code
-	$(GO) vet ./...
-	@out=$$(gofmt -l $$(git ls-files '*.go' | grep -v '^gen/')); \
+	@for m in $(GO_MODULES); do \
+	  echo "go vet, go mod tidy -diff: $$m"; \
+	  (cd $$m && $(GO) vet ./... && $(GO) mod tidy -diff); \
+	done
+	@out=$$(gofmt -l $$(git ls-files '*.go')); \
 	if [ -n "$$out" ]; then echo "gofmt would change:"; echo "$$out"; exit 1; fi
 	@$(MAKE) checkgenerate
 	@if command -v docker-compose >/dev/null; then docker-compose -f docker-compose.yml config -q && echo "docker-compose.yml: ok"; fi
 
 .PHONY: generate
-generate: ## Regenerate gen/ from proto/.
+generate: ## Regenerate gen/lockd/v1 (messages, gRPC stubs) and internal/gw (HTTP gateway) from proto/.
 	$(GO) tool buf generate
 
 .PHONY: checkgenerate
 checkgenerate: generate
-	@if [ -n "$$(git status --porcelain -- gen)" ]; then \
-	  echo "gen/ is stale: run make generate and commit"; git status --porcelain -- gen; exit 1; fi
+	@if [ -n "$$(git status --porcelain -- gen internal/gw)" ]; then \
+	  echo "generated code is stale: run make generate and commit"; git status --porcelain -- gen internal/gw; exit 1; fi
 
 .PHONY: bench
 bench: deps bench-deps ## Run the benchmarks (lockd beside etcd) and write BENCHMARKS.md; BENCH_LONG=1 adds the runs that take minutes.

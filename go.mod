@@ -9,6 +9,8 @@ require (
 	github.com/chromedp/chromedp v0.23.0
 	github.com/grpc-ecosystem/go-grpc-middleware/v2 v2.3.4
 	github.com/grpc-ecosystem/grpc-gateway/v2 v2.33.0
+	github.com/lockd/lockd/client v0.0.0-00010101000000-000000000000
+	github.com/lockd/lockd/gen v0.0.0-00010101000000-000000000000
 	github.com/prometheus/client_golang v1.25.0
 	github.com/prometheus/client_model v0.6.3
 	github.com/prometheus/common v0.72.0
@@ -170,4 +172,12 @@ tool (
 	github.com/grpc-ecosystem/grpc-gateway/v2/protoc-gen-grpc-gateway
 	google.golang.org/grpc/cmd/protoc-gen-go-grpc
 	google.golang.org/protobuf/cmd/protoc-gen-go
+)
+
+// The Go client and the generated messages are modules of their own (so a
+// program using the client gets neither the server's dependencies nor its
+// tools); lockd builds against them as they are in this repository.
+replace (
+	github.com/lockd/lockd/client => ./client
+	github.com/lockd/lockd/gen => ./gen
 )

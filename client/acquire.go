@@ -15,10 +15,11 @@ import (
 )
 
 var (
-	// ErrNotAcquired is matched (errors.Is) by the error of an Acquire that
-	// did not get the lock in time, or of an AcquirePermit that got no
-	// permit; see NotAcquiredError.
-	ErrNotAcquired = errors.New("client: lock not acquired")
+	// ErrLocked is matched (errors.Is) by the error of an Acquire,
+	// AcquireRead, AcquirePermit, TryLock or TryRLock that found the key
+	// held by others (for a semaphore: every permit) until its wait ended;
+	// the error is a *LockedError.
+	ErrLocked = errors.New("client: locked by another owner")
 	// ErrLost is matched by the error of a lease that was lost: its stream
 	// ended with NOT_FOUND, or no renewal was confirmed before it would run
 	// out.
@@ -27,31 +28,41 @@ var (
 	ErrReleased = errors.New("client: lease already released")
 )
 
-// NotAcquiredError tells that the lock (or every permit of a semaphore)
-// was held by others until the wait ended.
-type NotAcquiredError struct {
+// LockedError tells that a key (or every permit of a semaphore) was held
+// by others until the wait ended, who holds it, and for how long.
+type LockedError struct {
 	// Key is the lock's name.
 	Key string
-	// RetryAfter is how long the current holders' leases still run.
+	// Holder names an owner holding the key (the writer, or one of the
+	// readers) as it named itself. It is empty for a semaphore, and when
+	// the key is kept back though nobody holds it (a writer waits for it,
+	// or Redis lost its data).
+	Holder string
+	// RetryAfter is how long the holders' leases still run, unless renewed.
 	RetryAfter time.Duration
 }
 
-func (e *NotAcquiredError) Error() string {
-	return fmt.Sprintf("client: lock %q not acquired (held for another %v)", e.Key, e.RetryAfter)
+// Error names the key, its holder and how long it is still held.
+func (e *LockedError) Error() string {
+	if e.Holder == "" {
+		return fmt.Sprintf("client: %q is locked (for another %v)", e.Key, e.RetryAfter)
+	}
+	return fmt.Sprintf("client: %q is locked by %q (for another %v)", e.Key, e.Holder, e.RetryAfter)
 }
 
-// Is makes a NotAcquiredError match ErrNotAcquired.
-func (e *NotAcquiredError) Is(target error) bool { return target == ErrNotAcquired }
+// Is makes a LockedError match ErrLocked.
+func (e *LockedError) Is(target error) bool { return target == ErrLocked }
 
 // Mode is how a lease holds its key.
 type Mode int
 
 const (
-	// Write is an exclusive hold (the default).
+	// Write is an exclusive hold (Acquire, Mutex, RWMutex.Lock).
 	Write Mode = iota
-	// Read is a shared hold: any number of readers, or one writer.
+	// Read is a shared hold (AcquireRead, RWMutex.RLock): any number of
+	// readers, or one writer.
 	Read
-	// Permit is one of a semaphore's permits (see AcquirePermit).
+	// Permit is one of a semaphore's permits (AcquirePermit).
 	Permit
 )
 
@@ -66,51 +77,24 @@ func (m Mode) String() string {
 	return "write"
 }
 
-// LockOption configures Acquire, and the locks of a Mutex or RWMutex.
-type LockOption func(*lockOptions)
-
-type lockOptions struct {
-	ttl   time.Duration
-	wait  time.Duration // < 0: until the context ends
-	owner string
-	mode  Mode
-	limit uint32 // a semaphore's permits when mode is Permit
-}
-
-// WithTTL sets the lease's span; lockd renews it about every ttl/3 while
-// held. Unset, lockd's default applies (30s).
-func WithTTL(d time.Duration) LockOption { return func(o *lockOptions) { o.ttl = d } }
-
-// WithWait bounds how long Acquire waits for the lock; 0 tries once.
-// Unset, it waits until its context ends.
-func WithWait(d time.Duration) LockOption { return func(o *lockOptions) { o.wait = max(d, 0) } }
-
-// WithOwner names the holder. The same owner acquiring the same key in the
-// same mode re-enters its lease (one more hold; each Release takes one
-// away). Unset, each Acquire gets an owner of its own (host:pid:random),
-// and its lease is released at once if this process dies.
-func WithOwner(owner string) LockOption { return func(o *lockOptions) { o.owner = owner } }
-
-// WithMode asks for a Read or Write hold; default Write.
-func WithMode(m Mode) LockOption { return func(o *lockOptions) { o.mode = m } }
-
 // maxWaitChunk bounds one wait asked of lockd when the caller waits for as
 // long as its context allows; the client then asks again.
 const maxWaitChunk = 30 * time.Second
 
-// Acquire takes key (exclusively, unless WithMode(Read)) and returns a
-// lease that keeps itself alive until Release. It waits for the lock until
-// ctx ends, or for WithWait's bound; a lock still held by others then gives
-// an error matching ErrNotAcquired.
-func (c *Client) Acquire(ctx context.Context, key string, opts ...LockOption) (*Lease, error) {
-	o := lockOptions{wait: -1}
-	for _, opt := range opts {
-		opt(&o)
-	}
-	if o.mode == Permit {
-		return nil, errors.New("client: Acquire takes locks; take permits with AcquirePermit")
-	}
-	return c.acquire(ctx, key, o)
+// Acquire takes key exclusively and returns a lease that keeps itself alive
+// until Release. It waits for the lock until ctx ends, or for WithWait's
+// bound; a key still held by others then gives an error matching
+// ErrLocked.
+func (c *Client) Acquire(ctx context.Context, key string, opts ...AcquireOption) (*Lease, error) {
+	return c.acquire(ctx, key, Write, 0, acquireOptions(opts))
+}
+
+// AcquireRead takes a shared hold on key, as one of any number of readers,
+// and returns a lease that keeps itself alive until Release. While a writer
+// holds or waits for the key, readers wait, so writers do not starve. It
+// waits like Acquire.
+func (c *Client) AcquireRead(ctx context.Context, key string, opts ...AcquireOption) (*Lease, error) {
+	return c.acquire(ctx, key, Read, 0, acquireOptions(opts))
 }
 
 // AcquirePermit takes one of the limit permits of the semaphore key and
@@ -119,29 +103,34 @@ func (c *Client) Acquire(ctx context.Context, key string, opts ...LockOption) (*
 // permits of key are held at once, by all holders together, who must all
 // give the same limit (else FAILED_PRECONDITION). It waits for a permit
 // until ctx ends, or for WithWait's bound; none free by then gives an error
-// matching ErrNotAcquired. The permit of a holder that dies comes back when
-// its lease runs out. WithMode does not apply.
-func (c *Client) AcquirePermit(ctx context.Context, key string, limit int, opts ...LockOption) (*Lease, error) {
+// matching ErrLocked. The permit of a holder that dies comes back when its
+// lease runs out.
+func (c *Client) AcquirePermit(ctx context.Context, key string, limit int, opts ...AcquireOption) (*Lease, error) {
 	if limit < 1 || limit > math.MaxUint32 {
 		return nil, fmt.Errorf("client: a semaphore's limit must lie in [1, %d], not %d", uint32(math.MaxUint32), limit)
 	}
-	o := lockOptions{wait: -1}
-	for _, opt := range opts {
-		opt(&o)
-	}
-	o.mode, o.limit = Permit, uint32(limit)
-	return c.acquire(ctx, key, o)
+	return c.acquire(ctx, key, Permit, uint32(limit), acquireOptions(opts))
 }
 
-func (c *Client) acquire(ctx context.Context, key string, o lockOptions) (*Lease, error) {
-	owner, madeUp := o.owner, o.owner == ""
+// lockRequest is what one acquisition asks lockd for.
+type lockRequest struct {
+	key   string
+	mode  Mode
+	limit uint32 // a semaphore's permits, for Permit
+	owner string
+	ttl   time.Duration // 0: lockd's default
+}
+
+func (c *Client) acquire(ctx context.Context, key string, mode Mode, limit uint32, o leaseOptions) (*Lease, error) {
+	req := lockRequest{key: key, mode: mode, limit: limit, owner: o.owner, ttl: o.ttl}
+	madeUp := o.owner == ""
 	var until time.Time // zero: until ctx ends
 	if o.wait >= 0 {
 		until = time.Now().Add(o.wait)
 	}
 	for {
 		if madeUp {
-			owner = c.newOwner()
+			req.owner = c.newOwner()
 		}
 		wait := maxWaitChunk
 		if !until.IsZero() {
@@ -151,7 +140,7 @@ func (c *Client) acquire(ctx context.Context, key string, o lockOptions) (*Lease
 		// comes first, a lock not acquired means the deadline has come.
 		dl, hasDeadline := ctx.Deadline()
 		lastChunk := hasDeadline && !dl.After(time.Now().Add(wait))
-		g, err := c.grant(ctx, key, owner, o, wait)
+		g, err := c.grant(ctx, req, wait)
 		if err != nil {
 			return nil, err
 		}
@@ -165,7 +154,7 @@ func (c *Client) acquire(ctx context.Context, key string, o lockOptions) (*Lease
 			if ctx.Err() != nil {
 				return nil, ctx.Err()
 			}
-			return nil, &NotAcquiredError{Key: key, RetryAfter: g.retryAfter}
+			return nil, &LockedError{Key: key, Holder: g.holder, RetryAfter: g.retryAfter}
 		}
 		l, err := c.keep(ctx, g, madeUp)
 		if errors.Is(err, ErrLost) && ctx.Err() == nil && (until.IsZero() || time.Now().Before(until)) {
@@ -179,13 +168,14 @@ func (c *Client) acquire(ctx context.Context, key string, o lockOptions) (*Lease
 type granted struct {
 	acquired   bool
 	lease      *lockdv1.Lease
+	holder     string
 	retryAfter time.Duration
 	sent       time.Time // when the first attempt went out: the grant came later
 }
 
 // grant asks for the lock once, with one request_id, retried on other
 // replicas: a grant whose reply was lost is returned by the retry.
-func (c *Client) grant(ctx context.Context, key, owner string, o lockOptions, wait time.Duration) (granted, error) {
+func (c *Client) grant(ctx context.Context, req lockRequest, wait time.Duration) (granted, error) {
 	reqID := newID()
 	g := granted{sent: time.Now()}
 	waitEnd := g.sent.Add(wait)
@@ -194,17 +184,17 @@ func (c *Client) grant(ctx context.Context, key, owner string, o lockOptions, wa
 		left := max(0, time.Until(waitEnd))
 		actx, cancel := context.WithTimeout(ctx, left+c.opts.callTimeout)
 		defer cancel()
-		res, err := c.call(actx, r, key, owner, o, left, reqID)
+		res, err := c.call(actx, r, req, left, reqID)
 		if err != nil {
 			maybeGranted = maybeGranted || mayHaveActed(err)
 			return err
 		}
-		g.acquired, g.lease, g.retryAfter = res.GetAcquired(), res.GetLease(), res.GetRetryAfter().AsDuration()
+		g.acquired, g.lease, g.holder, g.retryAfter = res.GetAcquired(), res.GetLease(), res.GetHolder(), res.GetRetryAfter().AsDuration()
 		return nil
 	})
 	if err != nil && maybeGranted {
 		// A grant may have been made that nobody will claim: take it back.
-		c.goUndo(key, owner, o, reqID)
+		c.goUndo(req, reqID)
 	}
 	return g, err
 }
@@ -221,27 +211,27 @@ func mayHaveActed(err error) bool {
 }
 
 // call sends one Acquire, RLock or SemaphoreService.Acquire to replica r.
-func (c *Client) call(ctx context.Context, r int, key, owner string, o lockOptions, wait time.Duration, reqID string) (*lockdv1.AcquireResponse, error) {
+func (c *Client) call(ctx context.Context, r int, req lockRequest, wait time.Duration, reqID string) (*lockdv1.AcquireResponse, error) {
 	var ttl *durationpb.Duration
-	if o.ttl > 0 {
-		ttl = durationpb.New(o.ttl)
+	if req.ttl > 0 {
+		ttl = durationpb.New(req.ttl)
 	}
 	lc := c.locks[r]
-	switch o.mode {
+	switch req.mode {
 	case Permit:
-		res, err := c.sems[r].Acquire(ctx, &lockdv1.SemaphoreServiceAcquireRequest{Key: key, Limit: o.limit, Owner: owner, Ttl: ttl, WaitTimeout: durationpb.New(wait), RequestId: reqID})
+		res, err := c.sems[r].Acquire(ctx, &lockdv1.SemaphoreServiceAcquireRequest{Key: req.key, Limit: req.limit, Owner: req.owner, Ttl: ttl, WaitTimeout: durationpb.New(wait), RequestId: reqID})
 		return &lockdv1.AcquireResponse{Acquired: res.GetAcquired(), Lease: res.GetLease(), RetryAfter: res.GetRetryAfter()}, err
 	case Read:
-		res, err := lc.RLock(ctx, &lockdv1.RLockRequest{Key: key, Owner: owner, Ttl: ttl, WaitTimeout: durationpb.New(wait), RequestId: reqID})
-		return &lockdv1.AcquireResponse{Acquired: res.GetAcquired(), Lease: res.GetLease(), RetryAfter: res.GetRetryAfter()}, err
+		res, err := lc.RLock(ctx, &lockdv1.RLockRequest{Key: req.key, Owner: req.owner, Ttl: ttl, WaitTimeout: durationpb.New(wait), RequestId: reqID})
+		return &lockdv1.AcquireResponse{Acquired: res.GetAcquired(), Lease: res.GetLease(), RetryAfter: res.GetRetryAfter(), Holder: res.GetHolder()}, err
 	}
-	return lc.Acquire(ctx, &lockdv1.AcquireRequest{Key: key, Owner: owner, Ttl: ttl, WaitTimeout: durationpb.New(wait), RequestId: reqID})
+	return lc.Acquire(ctx, &lockdv1.AcquireRequest{Key: req.key, Owner: req.owner, Ttl: ttl, WaitTimeout: durationpb.New(wait), RequestId: reqID})
 }
 
 // goUndo takes back, in the background, what a request whose outcome is
 // unknown may have been granted: the same request_id replays its grant (or
 // tries once, with nothing to replay), and one Release takes that hold away.
-func (c *Client) goUndo(key, owner string, o lockOptions, reqID string) {
+func (c *Client) goUndo(req lockRequest, reqID string) {
 	c.wg.Add(1)
 	go func() {
 		defer c.wg.Done()
@@ -250,11 +240,11 @@ func (c *Client) goUndo(key, owner string, o lockOptions, reqID string) {
 		var res *lockdv1.AcquireResponse
 		err := c.retry(ctx, true, func(ctx context.Context, r int) error {
 			var err error
-			res, err = c.call(ctx, r, key, owner, o, 0, reqID)
+			res, err = c.call(ctx, r, req, 0, reqID)
 			return err
 		})
 		if err == nil && res.GetAcquired() {
-			_, _ = c.release(ctx, key, res.GetLease().GetLeaseId())
+			_, _ = c.release(ctx, req.key, res.GetLease().GetLeaseId())
 		}
 	}()
 }

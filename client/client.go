@@ -1,11 +1,21 @@
 // Package client is the Go client of lockd, the lock service on Redis.
 //
-// A Client talks to one or more lockd replicas. Acquire (or a Mutex or
-// RWMutex) takes a lock and returns a Lease that keeps itself alive through
+// A Client talks to one or more lockd replicas. Acquire, AcquireRead and
+// AcquirePermit take a key exclusively, shared, or as one of a
+// semaphore's permits, and return a Lease that keeps itself alive through
 // a KeepAlive stream. Its Lost channel is closed when the lease is lost —
 // the stream ended with NOT_FOUND, or no renewal was confirmed in time —
 // before anyone else can be granted the key, so the holder can stop
-// working. Pass the lease's FencingToken to the resource it protects.
+// working. Pass the lease's FencingToken to the resource it protects. A key
+// held by others gives an error matching ErrLocked: a *LockedError, which
+// tells who holds it and for how long.
+//
+// Mutex and RWMutex lock a key in the manner of sync.Mutex and
+// sync.RWMutex; an Election elects one of its candidates, whose Leadership
+// is kept alive and reports its loss the same way.
+//
+// Options are typed per call (AcquireOption, MutexOption, CampaignOption),
+// so an option a call would not use does not compile.
 //
 // Calls are retried on UNAVAILABLE on the next replica, each with a
 // request_id, so a grant whose reply was lost is returned rather than taken
@@ -307,6 +317,7 @@ func newID() string {
 // bearer sends a bearer token with every call.
 type bearer string
 
+// GetRequestMetadata returns the authorization header.
 func (b bearer) GetRequestMetadata(context.Context, ...string) (map[string]string, error) {
 	return map[string]string{"authorization": "Bearer " + string(b)}, nil
 }

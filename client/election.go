@@ -23,6 +23,24 @@ var (
 	ErrResigned = errors.New("client: leadership already resigned")
 )
 
+// Election is one election: its candidates campaign (Campaign, or Run for
+// a candidate that takes part again and again, in the manner of Curator's
+// LeaderLatch), anyone can ask for its leader or observe it.
+type Election struct {
+	c    *Client
+	name string
+	opts leaseOptions
+}
+
+// NewElection returns the election name; opts (WithTTL, WithOwner) apply to
+// each of its campaigns.
+func (c *Client) NewElection(name string, opts ...CampaignOption) *Election {
+	return &Election{c: c, name: name, opts: campaignOptions(opts)}
+}
+
+// Name returns the election's name.
+func (e *Election) Name() string { return e.name }
+
 // Leader describes an election's leader.
 type Leader struct {
 	// Name is the election's name.
@@ -43,8 +61,8 @@ func leaderOf(l *lockdv1.Leader) Leader {
 	return Leader{Name: l.GetName(), Value: l.GetValue(), Owner: l.GetOwner(), Term: l.GetTerm(), ExpireTime: l.GetExpireTime().AsTime()}
 }
 
-// Leadership is a candidate's leadership of an election, won by Campaign
-// and kept alive by the client until Resign. Its methods are safe for
+// Leadership is a candidate's leadership of an election, won by
+// Election.Campaign and kept alive by the client until Resign. Its methods are safe for
 // concurrent use.
 type Leadership struct {
 	c       *Client
@@ -192,24 +210,20 @@ func (l *Leadership) deadline() time.Time {
 	return l.anchorLocal.Add(l.expire.Sub(l.anchorRedis)).Add(-l.ttl / 10)
 }
 
-// Campaign enters the election name with value, waits until elected (or
-// ctx ends), and returns the leadership, kept alive until Resign. WithTTL
-// sets the leadership's lease (default lockd's, 30s); WithOwner names the
-// candidate (default host:pid:random). While it waits, a replica that goes
-// away is left for the next; once elected, the leadership lives and dies
-// with its Campaign stream (see Leadership.Lost).
-func (c *Client) Campaign(ctx context.Context, name, value string, opts ...LockOption) (*Leadership, error) {
-	var o lockOptions
-	for _, opt := range opts {
-		opt(&o)
-	}
-	owner := o.owner
+// Campaign enters the election with value, waits until elected (or ctx
+// ends), and returns the leadership, kept alive until Resign. While it
+// waits, a replica that goes away is left for the next; once elected, the
+// leadership lives and dies with its Campaign stream (see
+// Leadership.Lost).
+func (e *Election) Campaign(ctx context.Context, value string) (*Leadership, error) {
+	c, name := e.c, e.name
+	owner := e.opts.owner
 	if owner == "" {
 		owner = c.newOwner()
 	}
 	req := &lockdv1.CampaignRequest{Name: name, Value: value, Owner: owner}
-	if o.ttl > 0 {
-		req.Ttl = durationpb.New(o.ttl)
+	if e.opts.ttl > 0 {
+		req.Ttl = durationpb.New(e.opts.ttl)
 	}
 	var (
 		first  *lockdv1.Leader
@@ -387,14 +401,15 @@ func (c *Client) goResign(name, leaseID string) {
 	}()
 }
 
-// Leader returns the current leader of the election name, or ErrNoLeader.
-func (c *Client) Leader(ctx context.Context, name string) (Leader, error) {
+// Leader returns the election's current leader, or ErrNoLeader.
+func (e *Election) Leader(ctx context.Context) (Leader, error) {
+	c := e.c
 	var res *lockdv1.LeaderResponse
 	err := c.retry(ctx, false, func(ctx context.Context, r int) error {
 		actx, cancel := context.WithTimeout(ctx, c.opts.callTimeout)
 		defer cancel()
 		var err error
-		res, err = c.elects[r].Leader(actx, &lockdv1.LeaderRequest{Name: name})
+		res, err = c.elects[r].Leader(actx, &lockdv1.LeaderRequest{Name: e.name})
 		return err
 	})
 	if status.Code(err) == codes.NotFound {

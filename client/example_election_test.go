@@ -13,7 +13,7 @@ import (
 // works until its leadership is lost or it resigns, and passes its term
 // (a fencing token) with every write, so a deposed leader's late writes are
 // rejected.
-func ExampleClient_Campaign() {
+func ExampleElection_Campaign() {
 	c, err := client.New([]string{addr})
 	if err != nil {
 		log.Fatal(err)
@@ -21,7 +21,8 @@ func ExampleClient_Campaign() {
 	defer c.Close()
 	ctx := context.Background()
 
-	l, err := c.Campaign(ctx, "scheduler", "10.0.0.7:8080", client.WithTTL(10*time.Second))
+	scheduler := c.NewElection("scheduler", client.WithTTL(10*time.Second))
+	l, err := scheduler.Campaign(ctx, "10.0.0.7:8080")
 	if err != nil {
 		log.Fatal(err)
 	}
@@ -32,7 +33,7 @@ func ExampleClient_Campaign() {
 		fmt.Printf("leading %s with value %s (term given: %t)\n", l.Name(), l.Value(), l.Term() > 0)
 	}
 
-	leader, err := c.Leader(ctx, "scheduler") // as any other replica asks
+	leader, err := c.NewElection("scheduler").Leader(ctx) // as any other replica asks
 	if err != nil {
 		log.Fatal(err)
 	}
@@ -71,7 +72,7 @@ func ExampleElection_Run() {
 }
 
 // Observe follows who leads: at once the current state, then each change.
-func ExampleClient_Observe() {
+func ExampleElection_Observe() {
 	c, err := client.New([]string{addr})
 	if err != nil {
 		log.Fatal(err)
@@ -80,7 +81,8 @@ func ExampleClient_Observe() {
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
 
-	states, err := c.Observe(ctx, "primary-db")
+	primary := c.NewElection("primary-db")
+	states, err := primary.Observe(ctx)
 	if err != nil {
 		log.Fatal(err)
 	}
@@ -92,7 +94,7 @@ func ExampleClient_Observe() {
 		}
 	}
 	show(<-states)
-	l, err := c.Campaign(ctx, "primary-db", "db-2")
+	l, err := primary.Campaign(ctx, "db-2")
 	if err != nil {
 		log.Fatal(err)
 	}
@@ -103,25 +105,4 @@ func ExampleClient_Observe() {
 	// no leader
 	// leader: db-2
 	// no leader
-}
-
-// A semaphore caps calls to a rate-limited upstream at 5 at once across
-// every replica. Each permit is a lease: it keeps itself alive until
-// Release, and a crashed holder's permit comes back when its lease runs
-// out.
-func ExampleClient_AcquirePermit() {
-	c, err := client.New([]string{addr})
-	if err != nil {
-		log.Fatal(err)
-	}
-	defer c.Close()
-	ctx := context.Background()
-
-	permit, err := c.AcquirePermit(ctx, "upstream/wechat", 5, client.WithTTL(30*time.Second), client.WithWait(10*time.Second))
-	if err != nil {
-		log.Fatal(err) // errors.Is(err, client.ErrNotAcquired): all 5 in use
-	}
-	defer permit.Release(ctx)
-	fmt.Println("calling upstream holding a", permit.Mode())
-	// Output: calling upstream holding a permit
 }

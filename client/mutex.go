@@ -4,51 +4,47 @@ import (
 	"context"
 	"errors"
 	"sync"
+	"time"
 )
 
-var (
-	// ErrLocked is returned by TryLock and TryRLock when others hold the
-	// key.
-	ErrLocked = errors.New("client: locked by another owner")
-	// ErrNotLocked is returned by Unlock and RUnlock of a lock not held.
-	ErrNotLocked = errors.New("client: not locked")
-)
+// ErrNotLocked is returned by Unlock and RUnlock of a lock not held.
+var ErrNotLocked = errors.New("client: not locked")
 
 // Mutex is a distributed mutual exclusion lock on one key, in the manner of
 // sync.Mutex: Lock waits, TryLock does not, Unlock releases. It is not
 // reentrant (a second Lock waits for the first Unlock, from any goroutine
-// or process). While locked, Lease reports the lease: its fencing token,
-// and its Lost channel.
+// or process): each lock has an owner of its own. While locked, Lease
+// reports the lease: its fencing token, and its Lost channel.
 type Mutex struct {
 	c    *Client
 	key  string
-	opts []LockOption
+	opts leaseOptions
 
 	mu    sync.Mutex
 	lease *Lease
 }
 
-// NewMutex returns a Mutex on key; opts (WithTTL, WithOwner) apply to each
-// Lock.
-func (c *Client) NewMutex(key string, opts ...LockOption) *Mutex {
-	return &Mutex{c: c, key: key, opts: opts}
+// NewMutex returns a Mutex on key; opts (WithTTL) apply to each lock.
+func (c *Client) NewMutex(key string, opts ...MutexOption) *Mutex {
+	return &Mutex{c: c, key: key, opts: mutexOptions(opts)}
 }
 
 // Lock waits until the key is locked, or ctx ends.
 func (m *Mutex) Lock(ctx context.Context) error {
-	return m.lock(ctx, nil)
+	return m.lock(ctx, -1)
 }
 
-// TryLock locks the key if nobody holds it, else returns ErrLocked.
+// TryLock locks the key if nobody holds it, else returns an error matching
+// ErrLocked (a *LockedError: who holds the key, and for how long).
 func (m *Mutex) TryLock(ctx context.Context) error {
-	return m.lock(ctx, []LockOption{WithWait(0)})
+	return m.lock(ctx, 0)
 }
 
-func (m *Mutex) lock(ctx context.Context, extra []LockOption) error {
-	l, err := m.c.Acquire(ctx, m.key, join(m.opts, WithMode(Write), extra)...)
-	if errors.Is(err, ErrNotAcquired) {
-		return ErrLocked
-	}
+// lock takes the key, waiting for at most wait (< 0: until ctx ends).
+func (m *Mutex) lock(ctx context.Context, wait time.Duration) error {
+	o := m.opts
+	o.wait = wait
+	l, err := m.c.acquire(ctx, m.key, Write, 0, o)
 	if err != nil {
 		return err
 	}
@@ -84,7 +80,7 @@ func (m *Mutex) Lease() *Lease {
 type RWMutex struct {
 	c    *Client
 	key  string
-	opts []LockOption
+	opts leaseOptions
 
 	mu      sync.Mutex
 	writer  *Lease
@@ -92,37 +88,38 @@ type RWMutex struct {
 }
 
 // NewRWMutex returns an RWMutex on key; opts (WithTTL) apply to each lock.
-func (c *Client) NewRWMutex(key string, opts ...LockOption) *RWMutex {
-	return &RWMutex{c: c, key: key, opts: opts}
+func (c *Client) NewRWMutex(key string, opts ...MutexOption) *RWMutex {
+	return &RWMutex{c: c, key: key, opts: mutexOptions(opts)}
 }
 
 // Lock waits until the key is locked for writing, or ctx ends.
 func (rw *RWMutex) Lock(ctx context.Context) error {
-	return rw.lock(ctx, Write, nil)
+	return rw.lock(ctx, Write, -1)
 }
 
-// TryLock locks the key for writing if nobody holds it, else returns
-// ErrLocked.
+// TryLock locks the key for writing if nobody holds it, else returns an
+// error matching ErrLocked (a *LockedError).
 func (rw *RWMutex) TryLock(ctx context.Context) error {
-	return rw.lock(ctx, Write, []LockOption{WithWait(0)})
+	return rw.lock(ctx, Write, 0)
 }
 
 // RLock waits until the key is locked for reading, or ctx ends.
 func (rw *RWMutex) RLock(ctx context.Context) error {
-	return rw.lock(ctx, Read, nil)
+	return rw.lock(ctx, Read, -1)
 }
 
 // TryRLock locks the key for reading if no writer holds or waits for it,
-// else returns ErrLocked.
+// else returns an error matching ErrLocked (a *LockedError).
 func (rw *RWMutex) TryRLock(ctx context.Context) error {
-	return rw.lock(ctx, Read, []LockOption{WithWait(0)})
+	return rw.lock(ctx, Read, 0)
 }
 
-func (rw *RWMutex) lock(ctx context.Context, mode Mode, extra []LockOption) error {
-	l, err := rw.c.Acquire(ctx, rw.key, join(rw.opts, WithMode(mode), extra)...)
-	if errors.Is(err, ErrNotAcquired) {
-		return ErrLocked
-	}
+// lock takes the key in mode, waiting for at most wait (< 0: until ctx
+// ends).
+func (rw *RWMutex) lock(ctx context.Context, mode Mode, wait time.Duration) error {
+	o := rw.opts
+	o.wait = wait
+	l, err := rw.c.acquire(ctx, rw.key, mode, 0, o)
 	if err != nil {
 		return err
 	}
@@ -168,10 +165,4 @@ func (rw *RWMutex) Lease() *Lease {
 	rw.mu.Lock()
 	defer rw.mu.Unlock()
 	return rw.writer
-}
-
-// join returns opts, then mode, then extra, in a new slice.
-func join(opts []LockOption, mode LockOption, extra []LockOption) []LockOption {
-	out := make([]LockOption, 0, len(opts)+1+len(extra))
-	return append(append(append(out, opts...), mode), extra...)
 }

@@ -17,7 +17,7 @@ type Observation struct {
 	Leader Leader
 }
 
-// Observe follows the election name: the channel it returns gets the
+// Observe follows the election: the channel it returns gets the
 // current state at once (its leader, or that it has none), then each
 // change (a new leader, a new value, no leader). A reader that falls behind
 // gets the newest state, not every one in between. Terms never go back on
@@ -26,7 +26,8 @@ type Observation struct {
 // ctx ends, when lockd refuses to go on (no permission), or when no replica
 // answers for the client's retry bound; Observe returns the error of a
 // first state it could not get (a bad name, say).
-func (c *Client) Observe(ctx context.Context, name string) (<-chan Observation, error) {
+func (e *Election) Observe(ctx context.Context) (<-chan Observation, error) {
+	c, name := e.c, e.name
 	// The observer ends with the client too.
 	ctx, cancel := context.WithCancel(ctx)
 	unhook := context.AfterFunc(c.ctx, cancel)

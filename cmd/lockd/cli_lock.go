@@ -113,12 +113,9 @@ func runLock(args []string, getenv func(string) string, _, stderr io.Writer) int
 
 // acquire waits for the lock; without it, it returns the exit status.
 func (f *lockFlags) acquire(c *client.Client, sigs <-chan os.Signal, stderr io.Writer) (*client.Lease, int) {
-	opts := []client.LockOption{client.WithWait(f.wait)}
+	opts := []client.AcquireOption{client.WithWait(f.wait)}
 	if f.ttl > 0 {
 		opts = append(opts, client.WithTTL(f.ttl))
-	}
-	if f.read {
-		opts = append(opts, client.WithMode(client.Read))
 	}
 	if f.owner != "" {
 		opts = append(opts, client.WithOwner(f.owner))
@@ -137,9 +134,12 @@ func (f *lockFlags) acquire(c *client.Client, sigs <-chan os.Signal, stderr io.W
 			l   *client.Lease
 			err error
 		)
-		if f.permits > 0 {
+		switch {
+		case f.permits > 0:
 			l, err = c.AcquirePermit(ctx, f.key, f.permits, opts...)
-		} else {
+		case f.read:
+			l, err = c.AcquireRead(ctx, f.key, opts...)
+		default:
 			l, err = c.Acquire(ctx, f.key, opts...)
 		}
 		got <- result{l, err}
@@ -155,7 +155,7 @@ func (f *lockFlags) acquire(c *client.Client, sigs <-chan os.Signal, stderr io.W
 		fmt.Fprintf(stderr, "lockd lock: %v while waiting for %q\n", sig, f.key)
 		return nil, exitSignal + signalNumber(sig)
 	}
-	var busy *client.NotAcquiredError
+	var busy *client.LockedError
 	switch {
 	case errors.As(res.err, &busy) && f.permits > 0:
 		fmt.Fprintf(stderr, "lockd lock: all %d permits of %q are held (the first for another %v); none acquired within %v\n",

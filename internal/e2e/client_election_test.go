@@ -25,7 +25,7 @@ func TestGoClientLeadershipLostBeforeTheNextIsElected(t *testing.T) {
 	defer cancel()
 	const ttl = time.Second
 
-	l1, err := first.Campaign(ctx, "e2e/client/elect", "a", client.WithTTL(ttl))
+	l1, err := first.NewElection("e2e/client/elect", client.WithTTL(ttl)).Campaign(ctx, "a")
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -40,7 +40,7 @@ func TestGoClientLeadershipLostBeforeTheNextIsElected(t *testing.T) {
 	}
 	next := make(chan elected, 1)
 	go func() {
-		l, err := second.Campaign(ctx, "e2e/client/elect", "b", client.WithTTL(ttl))
+		l, err := second.NewElection("e2e/client/elect", client.WithTTL(ttl)).Campaign(ctx, "b")
 		if err != nil {
 			t.Error(err)
 			close(next)
@@ -89,11 +89,11 @@ func TestGoClientLeadershipLostWithItsReplica(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()
 
-	l1, err := leader.Campaign(ctx, "e2e/client/elect-kill", "a", client.WithTTL(2*time.Second))
+	l1, err := leader.NewElection("e2e/client/elect-kill", client.WithTTL(2*time.Second)).Campaign(ctx, "a")
 	if err != nil {
 		t.Fatal(err)
 	}
-	states, err := other.Observe(ctx, "e2e/client/elect-kill")
+	states, err := other.NewElection("e2e/client/elect-kill").Observe(ctx)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -106,7 +106,7 @@ func TestGoClientLeadershipLostWithItsReplica(t *testing.T) {
 	case <-ctx.Done():
 		t.Fatal("Lost did not close")
 	}
-	l2, err := other.Campaign(ctx, "e2e/client/elect-kill", "b")
+	l2, err := other.NewElection("e2e/client/elect-kill").Campaign(ctx, "b")
 	if err != nil {
 		t.Fatal(err)
 	}

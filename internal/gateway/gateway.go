@@ -3,13 +3,14 @@
 // curl.
 //
 // The mapping of RPCs to URLs is proto/lockd/v1/gateway.yaml; the handlers
-// are generated from it into gen/lockd/v1/*.pb.gw.go. Every HTTP request
-// becomes a call on lockd's own grpc.Server, over an in-memory connection
-// of its client's own (see tenants), so it passes the same interceptors as
-// any gRPC call: the bearer token of its Authorization header is checked,
-// validation and limits apply, and the gRPC status comes back as the HTTP
-// status with a JSON body holding the code, message and details
-// (google.rpc.Status).
+// are generated from it into internal/gw/lockd/v1/*.pb.gw.go, apart from
+// the messages so that Go clients never link grpc-gateway. Every HTTP
+// request becomes a call on lockd's own grpc.Server, over an in-memory
+// connection of its client's own (see tenants), so it passes the same
+// interceptors as any gRPC call: the bearer token of its Authorization
+// header is checked, validation and limits apply, and the gRPC status comes
+// back as the HTTP status with a JSON body holding the code, message and
+// details (google.rpc.Status).
 package gateway
 
 import (
@@ -29,6 +30,7 @@ import (
 	"google.golang.org/protobuf/encoding/protojson"
 
 	lockdv1 "github.com/lockd/lockd/gen/lockd/v1"
+	lockdv1gw "github.com/lockd/lockd/internal/gw/lockd/v1"
 	"github.com/lockd/lockd/internal/httpbound"
 )
 
@@ -37,19 +39,19 @@ import (
 // adds its Register<Service>HandlerClient here.
 var services = map[string]func(context.Context, *runtime.ServeMux, grpc.ClientConnInterface) error{
 	lockdv1.LockService_ServiceDesc.ServiceName: func(ctx context.Context, mux *runtime.ServeMux, cc grpc.ClientConnInterface) error {
-		return lockdv1.RegisterLockServiceHandlerClient(ctx, mux, lockdv1.NewLockServiceClient(cc))
+		return lockdv1gw.RegisterLockServiceHandlerClient(ctx, mux, lockdv1.NewLockServiceClient(cc))
 	},
 	lockdv1.TokenService_ServiceDesc.ServiceName: func(ctx context.Context, mux *runtime.ServeMux, cc grpc.ClientConnInterface) error {
-		return lockdv1.RegisterTokenServiceHandlerClient(ctx, mux, lockdv1.NewTokenServiceClient(cc))
+		return lockdv1gw.RegisterTokenServiceHandlerClient(ctx, mux, lockdv1.NewTokenServiceClient(cc))
 	},
 	lockdv1.ElectionService_ServiceDesc.ServiceName: func(ctx context.Context, mux *runtime.ServeMux, cc grpc.ClientConnInterface) error {
-		return lockdv1.RegisterElectionServiceHandlerClient(ctx, mux, lockdv1.NewElectionServiceClient(cc))
+		return lockdv1gw.RegisterElectionServiceHandlerClient(ctx, mux, lockdv1.NewElectionServiceClient(cc))
 	},
 	lockdv1.SemaphoreService_ServiceDesc.ServiceName: func(ctx context.Context, mux *runtime.ServeMux, cc grpc.ClientConnInterface) error {
-		return lockdv1.RegisterSemaphoreServiceHandlerClient(ctx, mux, lockdv1.NewSemaphoreServiceClient(cc))
+		return lockdv1gw.RegisterSemaphoreServiceHandlerClient(ctx, mux, lockdv1.NewSemaphoreServiceClient(cc))
 	},
 	lockdv1.AdminService_ServiceDesc.ServiceName: func(ctx context.Context, mux *runtime.ServeMux, cc grpc.ClientConnInterface) error {
-		return lockdv1.RegisterAdminServiceHandlerClient(ctx, mux, lockdv1.NewAdminServiceClient(cc))
+		return lockdv1gw.RegisterAdminServiceHandlerClient(ctx, mux, lockdv1.NewAdminServiceClient(cc))
 	},
 }
 

@@ -53,7 +53,7 @@ func TestEveryRPCIsMapped(t *testing.T) {
 				t.Errorf("%s has no HTTP rule: add one to proto/lockd/v1/gateway.yaml (how: see its top) and run make generate", name)
 			}
 			if _, ok := services[string(sd.FullName())]; mapped && !ok {
-				t.Errorf("%s has HTTP rules but is not registered: add lockdv1.Register%sHandlerClient to services in internal/gateway/gateway.go", sd.FullName(), sd.Name())
+				t.Errorf("%s has HTTP rules but is not registered: add lockdv1gw.Register%sHandlerClient to services in internal/gateway/gateway.go", sd.FullName(), sd.Name())
 			}
 		}
 		return true

@@ -1,4 +1,4 @@
-package client_test
+package clientsuite_test
 
 import (
 	"context"

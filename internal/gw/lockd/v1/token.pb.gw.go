@@ -16,6 +16,7 @@ import (
 
 	"github.com/grpc-ecosystem/grpc-gateway/v2/runtime"
 	"github.com/grpc-ecosystem/grpc-gateway/v2/utilities"
+	extLockdv1 "github.com/lockd/lockd/gen/lockd/v1"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/grpclog"
@@ -35,9 +36,9 @@ var (
 	_ = metadata.Join
 )
 
-func request_TokenService_GetAccessToken_0(ctx context.Context, marshaler runtime.Marshaler, client TokenServiceClient, req *http.Request, pathParams map[string]string) (proto.Message, runtime.ServerMetadata, error) {
+func request_TokenService_GetAccessToken_0(ctx context.Context, marshaler runtime.Marshaler, client extLockdv1.TokenServiceClient, req *http.Request, pathParams map[string]string) (proto.Message, runtime.ServerMetadata, error) {
 	var (
-		protoReq GetAccessTokenRequest
+		protoReq extLockdv1.GetAccessTokenRequest
 		metadata runtime.ServerMetadata
 		err      error
 	)
@@ -56,9 +57,9 @@ func request_TokenService_GetAccessToken_0(ctx context.Context, marshaler runtim
 	return msg, metadata, err
 }
 
-func local_request_TokenService_GetAccessToken_0(ctx context.Context, marshaler runtime.Marshaler, server TokenServiceServer, req *http.Request, pathParams map[string]string) (proto.Message, runtime.ServerMetadata, error) {
+func local_request_TokenService_GetAccessToken_0(ctx context.Context, marshaler runtime.Marshaler, server extLockdv1.TokenServiceServer, req *http.Request, pathParams map[string]string) (proto.Message, runtime.ServerMetadata, error) {
 	var (
-		protoReq GetAccessTokenRequest
+		protoReq extLockdv1.GetAccessTokenRequest
 		metadata runtime.ServerMetadata
 		err      error
 	)
@@ -74,9 +75,9 @@ func local_request_TokenService_GetAccessToken_0(ctx context.Context, marshaler 
 	return msg, metadata, err
 }
 
-func request_TokenService_RefreshAccessToken_0(ctx context.Context, marshaler runtime.Marshaler, client TokenServiceClient, req *http.Request, pathParams map[string]string) (proto.Message, runtime.ServerMetadata, error) {
+func request_TokenService_RefreshAccessToken_0(ctx context.Context, marshaler runtime.Marshaler, client extLockdv1.TokenServiceClient, req *http.Request, pathParams map[string]string) (proto.Message, runtime.ServerMetadata, error) {
 	var (
-		protoReq RefreshAccessTokenRequest
+		protoReq extLockdv1.RefreshAccessTokenRequest
 		metadata runtime.ServerMetadata
 		err      error
 	)
@@ -98,9 +99,9 @@ func request_TokenService_RefreshAccessToken_0(ctx context.Context, marshaler ru
 	return msg, metadata, err
 }
 
-func local_request_TokenService_RefreshAccessToken_0(ctx context.Context, marshaler runtime.Marshaler, server TokenServiceServer, req *http.Request, pathParams map[string]string) (proto.Message, runtime.ServerMetadata, error) {
+func local_request_TokenService_RefreshAccessToken_0(ctx context.Context, marshaler runtime.Marshaler, server extLockdv1.TokenServiceServer, req *http.Request, pathParams map[string]string) (proto.Message, runtime.ServerMetadata, error) {
 	var (
-		protoReq RefreshAccessTokenRequest
+		protoReq extLockdv1.RefreshAccessTokenRequest
 		metadata runtime.ServerMetadata
 		err      error
 	)
@@ -119,9 +120,9 @@ func local_request_TokenService_RefreshAccessToken_0(ctx context.Context, marsha
 	return msg, metadata, err
 }
 
-func request_TokenService_GetTicket_0(ctx context.Context, marshaler runtime.Marshaler, client TokenServiceClient, req *http.Request, pathParams map[string]string) (proto.Message, runtime.ServerMetadata, error) {
+func request_TokenService_GetTicket_0(ctx context.Context, marshaler runtime.Marshaler, client extLockdv1.TokenServiceClient, req *http.Request, pathParams map[string]string) (proto.Message, runtime.ServerMetadata, error) {
 	var (
-		protoReq GetTicketRequest
+		protoReq extLockdv1.GetTicketRequest
 		metadata runtime.ServerMetadata
 		e        int32
 		err      error
@@ -138,11 +139,11 @@ func request_TokenService_GetTicket_0(ctx context.Context, marshaler runtime.Mar
 	if !ok {
 		return nil, metadata, status.Errorf(codes.InvalidArgument, "missing parameter %s", "type")
 	}
-	e, err = runtime.Enum(val, TicketType_value)
+	e, err = runtime.Enum(val, extLockdv1.TicketType_value)
 	if err != nil {
 		return nil, metadata, status.Errorf(codes.InvalidArgument, "type mismatch, parameter: %s, error: %v", "type", err)
 	}
-	protoReq.Type = TicketType(e)
+	protoReq.Type = extLockdv1.TicketType(e)
 	if req.Body != nil {
 		_, _ = io.Copy(io.Discard, req.Body)
 	}
@@ -150,9 +151,9 @@ func request_TokenService_GetTicket_0(ctx context.Context, marshaler runtime.Mar
 	return msg, metadata, err
 }
 
-func local_request_TokenService_GetTicket_0(ctx context.Context, marshaler runtime.Marshaler, server TokenServiceServer, req *http.Request, pathParams map[string]string) (proto.Message, runtime.ServerMetadata, error) {
+func local_request_TokenService_GetTicket_0(ctx context.Context, marshaler runtime.Marshaler, server extLockdv1.TokenServiceServer, req *http.Request, pathParams map[string]string) (proto.Message, runtime.ServerMetadata, error) {
 	var (
-		protoReq GetTicketRequest
+		protoReq extLockdv1.GetTicketRequest
 		metadata runtime.ServerMetadata
 		e        int32
 		err      error
@@ -169,18 +170,18 @@ func local_request_TokenService_GetTicket_0(ctx context.Context, marshaler runti
 	if !ok {
 		return nil, metadata, status.Errorf(codes.InvalidArgument, "missing parameter %s", "type")
 	}
-	e, err = runtime.Enum(val, TicketType_value)
+	e, err = runtime.Enum(val, extLockdv1.TicketType_value)
 	if err != nil {
 		return nil, metadata, status.Errorf(codes.InvalidArgument, "type mismatch, parameter: %s, error: %v", "type", err)
 	}
-	protoReq.Type = TicketType(e)
+	protoReq.Type = extLockdv1.TicketType(e)
 	msg, err := server.GetTicket(ctx, &protoReq)
 	return msg, metadata, err
 }
 
-func request_TokenService_WatchAccessToken_0(ctx context.Context, marshaler runtime.Marshaler, client TokenServiceClient, req *http.Request, pathParams map[string]string) (TokenService_WatchAccessTokenClient, runtime.ServerMetadata, error) {
+func request_TokenService_WatchAccessToken_0(ctx context.Context, marshaler runtime.Marshaler, client extLockdv1.TokenServiceClient, req *http.Request, pathParams map[string]string) (extLockdv1.TokenService_WatchAccessTokenClient, runtime.ServerMetadata, error) {
 	var (
-		protoReq WatchAccessTokenRequest
+		protoReq extLockdv1.WatchAccessTokenRequest
 		metadata runtime.ServerMetadata
 		err      error
 	)
@@ -212,7 +213,7 @@ func request_TokenService_WatchAccessToken_0(ctx context.Context, marshaler runt
 // StreamingRPC :currently unsupported pending https://github.com/grpc/grpc-go/issues/906.
 // Note that using this registration option will cause many gRPC library features to stop working. Consider using RegisterTokenServiceHandlerFromEndpoint instead.
 // GRPC interceptors will not work for this type of registration. To use interceptors, you must use the "runtime.WithMiddlewares" option in the "runtime.NewServeMux" call.
-func RegisterTokenServiceHandlerServer(ctx context.Context, mux *runtime.ServeMux, server TokenServiceServer) error {
+func RegisterTokenServiceHandlerServer(ctx context.Context, mux *runtime.ServeMux, server extLockdv1.TokenServiceServer) error {
 	mux.Handle(http.MethodGet, pattern_TokenService_GetAccessToken_0, func(w http.ResponseWriter, req *http.Request, pathParams map[string]string) {
 		ctx, cancel := context.WithCancel(req.Context())
 		defer cancel()
@@ -311,15 +312,15 @@ func RegisterTokenServiceHandlerFromEndpoint(ctx context.Context, mux *runtime.S
 // RegisterTokenServiceHandler registers the http handlers for service TokenService to "mux".
 // The handlers forward requests to the grpc endpoint over "conn".
 func RegisterTokenServiceHandler(ctx context.Context, mux *runtime.ServeMux, conn *grpc.ClientConn) error {
-	return RegisterTokenServiceHandlerClient(ctx, mux, NewTokenServiceClient(conn))
+	return RegisterTokenServiceHandlerClient(ctx, mux, extLockdv1.NewTokenServiceClient(conn))
 }
 
 // RegisterTokenServiceHandlerClient registers the http handlers for service TokenService
-// to "mux". The handlers forward requests to the grpc endpoint over the given implementation of "TokenServiceClient".
-// Note: the gRPC framework executes interceptors within the gRPC handler. If the passed in "TokenServiceClient"
+// to "mux". The handlers forward requests to the grpc endpoint over the given implementation of "extLockdv1.TokenServiceClient".
+// Note: the gRPC framework executes interceptors within the gRPC handler. If the passed in "extLockdv1.TokenServiceClient"
 // doesn't go through the normal gRPC flow (creating a gRPC client etc.) then it will be up to the passed in
-// "TokenServiceClient" to call the correct interceptors. This client ignores the HTTP middlewares.
-func RegisterTokenServiceHandlerClient(ctx context.Context, mux *runtime.ServeMux, client TokenServiceClient) error {
+// "extLockdv1.TokenServiceClient" to call the correct interceptors. This client ignores the HTTP middlewares.
+func RegisterTokenServiceHandlerClient(ctx context.Context, mux *runtime.ServeMux, client extLockdv1.TokenServiceClient) error {
 	mux.Handle(http.MethodGet, pattern_TokenService_GetAccessToken_0, func(w http.ResponseWriter, req *http.Request, pathParams map[string]string) {
 		ctx, cancel := context.WithCancel(req.Context())
 		defer cancel()

@@ -16,6 +16,7 @@ import (
 
 	"github.com/grpc-ecosystem/grpc-gateway/v2/runtime"
 	"github.com/grpc-ecosystem/grpc-gateway/v2/utilities"
+	extLockdv1 "github.com/lockd/lockd/gen/lockd/v1"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/grpclog"
@@ -35,9 +36,9 @@ var (
 	_ = metadata.Join
 )
 
-func request_LockService_Acquire_0(ctx context.Context, marshaler runtime.Marshaler, client LockServiceClient, req *http.Request, pathParams map[string]string) (proto.Message, runtime.ServerMetadata, error) {
+func request_LockService_Acquire_0(ctx context.Context, marshaler runtime.Marshaler, client extLockdv1.LockServiceClient, req *http.Request, pathParams map[string]string) (proto.Message, runtime.ServerMetadata, error) {
 	var (
-		protoReq AcquireRequest
+		protoReq extLockdv1.AcquireRequest
 		metadata runtime.ServerMetadata
 		err      error
 	)
@@ -59,9 +60,9 @@ func request_LockService_Acquire_0(ctx context.Context, marshaler runtime.Marsha
 	return msg, metadata, err
 }
 
-func local_request_LockService_Acquire_0(ctx context.Context, marshaler runtime.Marshaler, server LockServiceServer, req *http.Request, pathParams map[string]string) (proto.Message, runtime.ServerMetadata, error) {
+func local_request_LockService_Acquire_0(ctx context.Context, marshaler runtime.Marshaler, server extLockdv1.LockServiceServer, req *http.Request, pathParams map[string]string) (proto.Message, runtime.ServerMetadata, error) {
 	var (
-		protoReq AcquireRequest
+		protoReq extLockdv1.AcquireRequest
 		metadata runtime.ServerMetadata
 		err      error
 	)
@@ -80,9 +81,9 @@ func local_request_LockService_Acquire_0(ctx context.Context, marshaler runtime.
 	return msg, metadata, err
 }
 
-func request_LockService_Acquire_1(ctx context.Context, marshaler runtime.Marshaler, client LockServiceClient, req *http.Request, pathParams map[string]string) (proto.Message, runtime.ServerMetadata, error) {
+func request_LockService_Acquire_1(ctx context.Context, marshaler runtime.Marshaler, client extLockdv1.LockServiceClient, req *http.Request, pathParams map[string]string) (proto.Message, runtime.ServerMetadata, error) {
 	var (
-		protoReq AcquireRequest
+		protoReq extLockdv1.AcquireRequest
 		metadata runtime.ServerMetadata
 	)
 	if err := marshaler.NewDecoder(req.Body).Decode(&protoReq); err != nil && !errors.Is(err, io.EOF) {
@@ -95,9 +96,9 @@ func request_LockService_Acquire_1(ctx context.Context, marshaler runtime.Marsha
 	return msg, metadata, err
 }
 
-func local_request_LockService_Acquire_1(ctx context.Context, marshaler runtime.Marshaler, server LockServiceServer, req *http.Request, pathParams map[string]string) (proto.Message, runtime.ServerMetadata, error) {
+func local_request_LockService_Acquire_1(ctx context.Context, marshaler runtime.Marshaler, server extLockdv1.LockServiceServer, req *http.Request, pathParams map[string]string) (proto.Message, runtime.ServerMetadata, error) {
 	var (
-		protoReq AcquireRequest
+		protoReq extLockdv1.AcquireRequest
 		metadata runtime.ServerMetadata
 	)
 	if err := marshaler.NewDecoder(req.Body).Decode(&protoReq); err != nil && !errors.Is(err, io.EOF) {
@@ -107,9 +108,9 @@ func local_request_LockService_Acquire_1(ctx context.Context, marshaler runtime.
 	return msg, metadata, err
 }
 
-func request_LockService_RLock_0(ctx context.Context, marshaler runtime.Marshaler, client LockServiceClient, req *http.Request, pathParams map[string]string) (proto.Message, runtime.ServerMetadata, error) {
+func request_LockService_RLock_0(ctx context.Context, marshaler runtime.Marshaler, client extLockdv1.LockServiceClient, req *http.Request, pathParams map[string]string) (proto.Message, runtime.ServerMetadata, error) {
 	var (
-		protoReq RLockRequest
+		protoReq extLockdv1.RLockRequest
 		metadata runtime.ServerMetadata
 		err      error
 	)
@@ -131,9 +132,9 @@ func request_LockService_RLock_0(ctx context.Context, marshaler runtime.Marshale
 	return msg, metadata, err
 }
 
-func local_request_LockService_RLock_0(ctx context.Context, marshaler runtime.Marshaler, server LockServiceServer, req *http.Request, pathParams map[string]string) (proto.Message, runtime.ServerMetadata, error) {
+func local_request_LockService_RLock_0(ctx context.Context, marshaler runtime.Marshaler, server extLockdv1.LockServiceServer, req *http.Request, pathParams map[string]string) (proto.Message, runtime.ServerMetadata, error) {
 	var (
-		protoReq RLockRequest
+		protoReq extLockdv1.RLockRequest
 		metadata runtime.ServerMetadata
 		err      error
 	)
@@ -152,9 +153,9 @@ func local_request_LockService_RLock_0(ctx context.Context, marshaler runtime.Ma
 	return msg, metadata, err
 }
 
-func request_LockService_RLock_1(ctx context.Context, marshaler runtime.Marshaler, client LockServiceClient, req *http.Request, pathParams map[string]string) (proto.Message, runtime.ServerMetadata, error) {
+func request_LockService_RLock_1(ctx context.Context, marshaler runtime.Marshaler, client extLockdv1.LockServiceClient, req *http.Request, pathParams map[string]string) (proto.Message, runtime.ServerMetadata, error) {
 	var (
-		protoReq RLockRequest
+		protoReq extLockdv1.RLockRequest
 		metadata runtime.ServerMetadata
 	)
 	if err := marshaler.NewDecoder(req.Body).Decode(&protoReq); err != nil && !errors.Is(err, io.EOF) {
@@ -167,9 +168,9 @@ func request_LockService_RLock_1(ctx context.Context, marshaler runtime.Marshale
 	return msg, metadata, err
 }
 
-func local_request_LockService_RLock_1(ctx context.Context, marshaler runtime.Marshaler, server LockServiceServer, req *http.Request, pathParams map[string]string) (proto.Message, runtime.ServerMetadata, error) {
+func local_request_LockService_RLock_1(ctx context.Context, marshaler runtime.Marshaler, server extLockdv1.LockServiceServer, req *http.Request, pathParams map[string]string) (proto.Message, runtime.ServerMetadata, error) {
 	var (
-		protoReq RLockRequest
+		protoReq extLockdv1.RLockRequest
 		metadata runtime.ServerMetadata
 	)
 	if err := marshaler.NewDecoder(req.Body).Decode(&protoReq); err != nil && !errors.Is(err, io.EOF) {
@@ -179,9 +180,9 @@ func local_request_LockService_RLock_1(ctx context.Context, marshaler runtime.Ma
 	return msg, metadata, err
 }
 
-func request_LockService_WLock_0(ctx context.Context, marshaler runtime.Marshaler, client LockServiceClient, req *http.Request, pathParams map[string]string) (proto.Message, runtime.ServerMetadata, error) {
+func request_LockService_WLock_0(ctx context.Context, marshaler runtime.Marshaler, client extLockdv1.LockServiceClient, req *http.Request, pathParams map[string]string) (proto.Message, runtime.ServerMetadata, error) {
 	var (
-		protoReq WLockRequest
+		protoReq extLockdv1.WLockRequest
 		metadata runtime.ServerMetadata
 		err      error
 	)
@@ -203,9 +204,9 @@ func request_LockService_WLock_0(ctx context.Context, marshaler runtime.Marshale
 	return msg, metadata, err
 }
 
-func local_request_LockService_WLock_0(ctx context.Context, marshaler runtime.Marshaler, server LockServiceServer, req *http.Request, pathParams map[string]string) (proto.Message, runtime.ServerMetadata, error) {
+func local_request_LockService_WLock_0(ctx context.Context, marshaler runtime.Marshaler, server extLockdv1.LockServiceServer, req *http.Request, pathParams map[string]string) (proto.Message, runtime.ServerMetadata, error) {
 	var (
-		protoReq WLockRequest
+		protoReq extLockdv1.WLockRequest
 		metadata runtime.ServerMetadata
 		err      error
 	)
@@ -224,9 +225,9 @@ func local_request_LockService_WLock_0(ctx context.Context, marshaler runtime.Ma
 	return msg, metadata, err
 }
 
-func request_LockService_WLock_1(ctx context.Context, marshaler runtime.Marshaler, client LockServiceClient, req *http.Request, pathParams map[string]string) (proto.Message, runtime.ServerMetadata, error) {
+func request_LockService_WLock_1(ctx context.Context, marshaler runtime.Marshaler, client extLockdv1.LockServiceClient, req *http.Request, pathParams map[string]string) (proto.Message, runtime.ServerMetadata, error) {
 	var (
-		protoReq WLockRequest
+		protoReq extLockdv1.WLockRequest
 		metadata runtime.ServerMetadata
 	)
 	if err := marshaler.NewDecoder(req.Body).Decode(&protoReq); err != nil && !errors.Is(err, io.EOF) {
@@ -239,9 +240,9 @@ func request_LockService_WLock_1(ctx context.Context, marshaler runtime.Marshale
 	return msg, metadata, err
 }
 
-func local_request_LockService_WLock_1(ctx context.Context, marshaler runtime.Marshaler, server LockServiceServer, req *http.Request, pathParams map[string]string) (proto.Message, runtime.ServerMetadata, error) {
+func local_request_LockService_WLock_1(ctx context.Context, marshaler runtime.Marshaler, server extLockdv1.LockServiceServer, req *http.Request, pathParams map[string]string) (proto.Message, runtime.ServerMetadata, error) {
 	var (
-		protoReq WLockRequest
+		protoReq extLockdv1.WLockRequest
 		metadata runtime.ServerMetadata
 	)
 	if err := marshaler.NewDecoder(req.Body).Decode(&protoReq); err != nil && !errors.Is(err, io.EOF) {
@@ -251,9 +252,9 @@ func local_request_LockService_WLock_1(ctx context.Context, marshaler runtime.Ma
 	return msg, metadata, err
 }
 
-func request_LockService_Release_0(ctx context.Context, marshaler runtime.Marshaler, client LockServiceClient, req *http.Request, pathParams map[string]string) (proto.Message, runtime.ServerMetadata, error) {
+func request_LockService_Release_0(ctx context.Context, marshaler runtime.Marshaler, client extLockdv1.LockServiceClient, req *http.Request, pathParams map[string]string) (proto.Message, runtime.ServerMetadata, error) {
 	var (
-		protoReq ReleaseRequest
+		protoReq extLockdv1.ReleaseRequest
 		metadata runtime.ServerMetadata
 		err      error
 	)
@@ -275,9 +276,9 @@ func request_LockService_Release_0(ctx context.Context, marshaler runtime.Marsha
 	return msg, metadata, err
 }
 
-func local_request_LockService_Release_0(ctx context.Context, marshaler runtime.Marshaler, server LockServiceServer, req *http.Request, pathParams map[string]string) (proto.Message, runtime.ServerMetadata, error) {
+func local_request_LockService_Release_0(ctx context.Context, marshaler runtime.Marshaler, server extLockdv1.LockServiceServer, req *http.Request, pathParams map[string]string) (proto.Message, runtime.ServerMetadata, error) {
 	var (
-		protoReq ReleaseRequest
+		protoReq extLockdv1.ReleaseRequest
 		metadata runtime.ServerMetadata
 		err      error
 	)
@@ -296,9 +297,9 @@ func local_request_LockService_Release_0(ctx context.Context, marshaler runtime.
 	return msg, metadata, err
 }
 
-func request_LockService_Release_1(ctx context.Context, marshaler runtime.Marshaler, client LockServiceClient, req *http.Request, pathParams map[string]string) (proto.Message, runtime.ServerMetadata, error) {
+func request_LockService_Release_1(ctx context.Context, marshaler runtime.Marshaler, client extLockdv1.LockServiceClient, req *http.Request, pathParams map[string]string) (proto.Message, runtime.ServerMetadata, error) {
 	var (
-		protoReq ReleaseRequest
+		protoReq extLockdv1.ReleaseRequest
 		metadata runtime.ServerMetadata
 	)
 	if err := marshaler.NewDecoder(req.Body).Decode(&protoReq); err != nil && !errors.Is(err, io.EOF) {
@@ -311,9 +312,9 @@ func request_LockService_Release_1(ctx context.Context, marshaler runtime.Marsha
 	return msg, metadata, err
 }
 
-func local_request_LockService_Release_1(ctx context.Context, marshaler runtime.Marshaler, server LockServiceServer, req *http.Request, pathParams map[string]string) (proto.Message, runtime.ServerMetadata, error) {
+func local_request_LockService_Release_1(ctx context.Context, marshaler runtime.Marshaler, server extLockdv1.LockServiceServer, req *http.Request, pathParams map[string]string) (proto.Message, runtime.ServerMetadata, error) {
 	var (
-		protoReq ReleaseRequest
+		protoReq extLockdv1.ReleaseRequest
 		metadata runtime.ServerMetadata
 	)
 	if err := marshaler.NewDecoder(req.Body).Decode(&protoReq); err != nil && !errors.Is(err, io.EOF) {
@@ -323,9 +324,9 @@ func local_request_LockService_Release_1(ctx context.Context, marshaler runtime.
 	return msg, metadata, err
 }
 
-func request_LockService_Renew_0(ctx context.Context, marshaler runtime.Marshaler, client LockServiceClient, req *http.Request, pathParams map[string]string) (proto.Message, runtime.ServerMetadata, error) {
+func request_LockService_Renew_0(ctx context.Context, marshaler runtime.Marshaler, client extLockdv1.LockServiceClient, req *http.Request, pathParams map[string]string) (proto.Message, runtime.ServerMetadata, error) {
 	var (
-		protoReq RenewRequest
+		protoReq extLockdv1.RenewRequest
 		metadata runtime.ServerMetadata
 		err      error
 	)
@@ -347,9 +348,9 @@ func request_LockService_Renew_0(ctx context.Context, marshaler runtime.Marshale
 	return msg, metadata, err
 }
 
-func local_request_LockService_Renew_0(ctx context.Context, marshaler runtime.Marshaler, server LockServiceServer, req *http.Request, pathParams map[string]string) (proto.Message, runtime.ServerMetadata, error) {
+func local_request_LockService_Renew_0(ctx context.Context, marshaler runtime.Marshaler, server extLockdv1.LockServiceServer, req *http.Request, pathParams map[string]string) (proto.Message, runtime.ServerMetadata, error) {
 	var (
-		protoReq RenewRequest
+		protoReq extLockdv1.RenewRequest
 		metadata runtime.ServerMetadata
 		err      error
 	)
@@ -368,9 +369,9 @@ func local_request_LockService_Renew_0(ctx context.Context, marshaler runtime.Ma
 	return msg, metadata, err
 }
 
-func request_LockService_Renew_1(ctx context.Context, marshaler runtime.Marshaler, client LockServiceClient, req *http.Request, pathParams map[string]string) (proto.Message, runtime.ServerMetadata, error) {
+func request_LockService_Renew_1(ctx context.Context, marshaler runtime.Marshaler, client extLockdv1.LockServiceClient, req *http.Request, pathParams map[string]string) (proto.Message, runtime.ServerMetadata, error) {
 	var (
-		protoReq RenewRequest
+		protoReq extLockdv1.RenewRequest
 		metadata runtime.ServerMetadata
 	)
 	if err := marshaler.NewDecoder(req.Body).Decode(&protoReq); err != nil && !errors.Is(err, io.EOF) {
@@ -383,9 +384,9 @@ func request_LockService_Renew_1(ctx context.Context, marshaler runtime.Marshale
 	return msg, metadata, err
 }
 
-func local_request_LockService_Renew_1(ctx context.Context, marshaler runtime.Marshaler, server LockServiceServer, req *http.Request, pathParams map[string]string) (proto.Message, runtime.ServerMetadata, error) {
+func local_request_LockService_Renew_1(ctx context.Context, marshaler runtime.Marshaler, server extLockdv1.LockServiceServer, req *http.Request, pathParams map[string]string) (proto.Message, runtime.ServerMetadata, error) {
 	var (
-		protoReq RenewRequest
+		protoReq extLockdv1.RenewRequest
 		metadata runtime.ServerMetadata
 	)
 	if err := marshaler.NewDecoder(req.Body).Decode(&protoReq); err != nil && !errors.Is(err, io.EOF) {
@@ -395,9 +396,9 @@ func local_request_LockService_Renew_1(ctx context.Context, marshaler runtime.Ma
 	return msg, metadata, err
 }
 
-func request_LockService_KeepAlive_0(ctx context.Context, marshaler runtime.Marshaler, client LockServiceClient, req *http.Request, pathParams map[string]string) (LockService_KeepAliveClient, runtime.ServerMetadata, error) {
+func request_LockService_KeepAlive_0(ctx context.Context, marshaler runtime.Marshaler, client extLockdv1.LockServiceClient, req *http.Request, pathParams map[string]string) (extLockdv1.LockService_KeepAliveClient, runtime.ServerMetadata, error) {
 	var (
-		protoReq KeepAliveRequest
+		protoReq extLockdv1.KeepAliveRequest
 		metadata runtime.ServerMetadata
 		err      error
 	)
@@ -427,9 +428,9 @@ func request_LockService_KeepAlive_0(ctx context.Context, marshaler runtime.Mars
 	return stream, metadata, nil
 }
 
-func request_LockService_KeepAlive_1(ctx context.Context, marshaler runtime.Marshaler, client LockServiceClient, req *http.Request, pathParams map[string]string) (LockService_KeepAliveClient, runtime.ServerMetadata, error) {
+func request_LockService_KeepAlive_1(ctx context.Context, marshaler runtime.Marshaler, client extLockdv1.LockServiceClient, req *http.Request, pathParams map[string]string) (extLockdv1.LockService_KeepAliveClient, runtime.ServerMetadata, error) {
 	var (
-		protoReq KeepAliveRequest
+		protoReq extLockdv1.KeepAliveRequest
 		metadata runtime.ServerMetadata
 	)
 	if err := marshaler.NewDecoder(req.Body).Decode(&protoReq); err != nil && !errors.Is(err, io.EOF) {
@@ -450,9 +451,9 @@ func request_LockService_KeepAlive_1(ctx context.Context, marshaler runtime.Mars
 	return stream, metadata, nil
 }
 
-func request_LockService_Hold_0(ctx context.Context, marshaler runtime.Marshaler, client LockServiceClient, req *http.Request, pathParams map[string]string) (LockService_HoldClient, runtime.ServerMetadata, error) {
+func request_LockService_Hold_0(ctx context.Context, marshaler runtime.Marshaler, client extLockdv1.LockServiceClient, req *http.Request, pathParams map[string]string) (extLockdv1.LockService_HoldClient, runtime.ServerMetadata, error) {
 	var (
-		protoReq HoldRequest
+		protoReq extLockdv1.HoldRequest
 		metadata runtime.ServerMetadata
 		err      error
 	)
@@ -482,9 +483,9 @@ func request_LockService_Hold_0(ctx context.Context, marshaler runtime.Marshaler
 	return stream, metadata, nil
 }
 
-func request_LockService_Hold_1(ctx context.Context, marshaler runtime.Marshaler, client LockServiceClient, req *http.Request, pathParams map[string]string) (LockService_HoldClient, runtime.ServerMetadata, error) {
+func request_LockService_Hold_1(ctx context.Context, marshaler runtime.Marshaler, client extLockdv1.LockServiceClient, req *http.Request, pathParams map[string]string) (extLockdv1.LockService_HoldClient, runtime.ServerMetadata, error) {
 	var (
-		protoReq HoldRequest
+		protoReq extLockdv1.HoldRequest
 		metadata runtime.ServerMetadata
 	)
 	if err := marshaler.NewDecoder(req.Body).Decode(&protoReq); err != nil && !errors.Is(err, io.EOF) {
@@ -510,7 +511,7 @@ func request_LockService_Hold_1(ctx context.Context, marshaler runtime.Marshaler
 // StreamingRPC :currently unsupported pending https://github.com/grpc/grpc-go/issues/906.
 // Note that using this registration option will cause many gRPC library features to stop working. Consider using RegisterLockServiceHandlerFromEndpoint instead.
 // GRPC interceptors will not work for this type of registration. To use interceptors, you must use the "runtime.WithMiddlewares" option in the "runtime.NewServeMux" call.
-func RegisterLockServiceHandlerServer(ctx context.Context, mux *runtime.ServeMux, server LockServiceServer) error {
+func RegisterLockServiceHandlerServer(ctx context.Context, mux *runtime.ServeMux, server extLockdv1.LockServiceServer) error {
 	mux.Handle(http.MethodPost, pattern_LockService_Acquire_0, func(w http.ResponseWriter, req *http.Request, pathParams map[string]string) {
 		ctx, cancel := context.WithCancel(req.Context())
 		defer cancel()
@@ -770,15 +771,15 @@ func RegisterLockServiceHandlerFromEndpoint(ctx context.Context, mux *runtime.Se
 // RegisterLockServiceHandler registers the http handlers for service LockService to "mux".
 // The handlers forward requests to the grpc endpoint over "conn".
 func RegisterLockServiceHandler(ctx context.Context, mux *runtime.ServeMux, conn *grpc.ClientConn) error {
-	return RegisterLockServiceHandlerClient(ctx, mux, NewLockServiceClient(conn))
+	return RegisterLockServiceHandlerClient(ctx, mux, extLockdv1.NewLockServiceClient(conn))
 }
 
 // RegisterLockServiceHandlerClient registers the http handlers for service LockService
-// to "mux". The handlers forward requests to the grpc endpoint over the given implementation of "LockServiceClient".
-// Note: the gRPC framework executes interceptors within the gRPC handler. If the passed in "LockServiceClient"
+// to "mux". The handlers forward requests to the grpc endpoint over the given implementation of "extLockdv1.LockServiceClient".
+// Note: the gRPC framework executes interceptors within the gRPC handler. If the passed in "extLockdv1.LockServiceClient"
 // doesn't go through the normal gRPC flow (creating a gRPC client etc.) then it will be up to the passed in
-// "LockServiceClient" to call the correct interceptors. This client ignores the HTTP middlewares.
-func RegisterLockServiceHandlerClient(ctx context.Context, mux *runtime.ServeMux, client LockServiceClient) error {
+// "extLockdv1.LockServiceClient" to call the correct interceptors. This client ignores the HTTP middlewares.
+func RegisterLockServiceHandlerClient(ctx context.Context, mux *runtime.ServeMux, client extLockdv1.LockServiceClient) error {
 	mux.Handle(http.MethodPost, pattern_LockService_Acquire_0, func(w http.ResponseWriter, req *http.Request, pathParams map[string]string) {
 		ctx, cancel := context.WithCancel(req.Context())
 		defer cancel()

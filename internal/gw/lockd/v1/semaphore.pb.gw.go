@@ -16,6 +16,7 @@ import (
 
 	"github.com/grpc-ecosystem/grpc-gateway/v2/runtime"
 	"github.com/grpc-ecosystem/grpc-gateway/v2/utilities"
+	extLockdv1 "github.com/lockd/lockd/gen/lockd/v1"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/grpclog"
@@ -35,9 +36,9 @@ var (
 	_ = metadata.Join
 )
 
-func request_SemaphoreService_Acquire_0(ctx context.Context, marshaler runtime.Marshaler, client SemaphoreServiceClient, req *http.Request, pathParams map[string]string) (proto.Message, runtime.ServerMetadata, error) {
+func request_SemaphoreService_Acquire_0(ctx context.Context, marshaler runtime.Marshaler, client extLockdv1.SemaphoreServiceClient, req *http.Request, pathParams map[string]string) (proto.Message, runtime.ServerMetadata, error) {
 	var (
-		protoReq SemaphoreServiceAcquireRequest
+		protoReq extLockdv1.SemaphoreServiceAcquireRequest
 		metadata runtime.ServerMetadata
 		err      error
 	)
@@ -59,9 +60,9 @@ func request_SemaphoreService_Acquire_0(ctx context.Context, marshaler runtime.M
 	return msg, metadata, err
 }
 
-func local_request_SemaphoreService_Acquire_0(ctx context.Context, marshaler runtime.Marshaler, server SemaphoreServiceServer, req *http.Request, pathParams map[string]string) (proto.Message, runtime.ServerMetadata, error) {
+func local_request_SemaphoreService_Acquire_0(ctx context.Context, marshaler runtime.Marshaler, server extLockdv1.SemaphoreServiceServer, req *http.Request, pathParams map[string]string) (proto.Message, runtime.ServerMetadata, error) {
 	var (
-		protoReq SemaphoreServiceAcquireRequest
+		protoReq extLockdv1.SemaphoreServiceAcquireRequest
 		metadata runtime.ServerMetadata
 		err      error
 	)
@@ -80,9 +81,9 @@ func local_request_SemaphoreService_Acquire_0(ctx context.Context, marshaler run
 	return msg, metadata, err
 }
 
-func request_SemaphoreService_Acquire_1(ctx context.Context, marshaler runtime.Marshaler, client SemaphoreServiceClient, req *http.Request, pathParams map[string]string) (proto.Message, runtime.ServerMetadata, error) {
+func request_SemaphoreService_Acquire_1(ctx context.Context, marshaler runtime.Marshaler, client extLockdv1.SemaphoreServiceClient, req *http.Request, pathParams map[string]string) (proto.Message, runtime.ServerMetadata, error) {
 	var (
-		protoReq SemaphoreServiceAcquireRequest
+		protoReq extLockdv1.SemaphoreServiceAcquireRequest
 		metadata runtime.ServerMetadata
 	)
 	if err := marshaler.NewDecoder(req.Body).Decode(&protoReq); err != nil && !errors.Is(err, io.EOF) {
@@ -95,9 +96,9 @@ func request_SemaphoreService_Acquire_1(ctx context.Context, marshaler runtime.M
 	return msg, metadata, err
 }
 
-func local_request_SemaphoreService_Acquire_1(ctx context.Context, marshaler runtime.Marshaler, server SemaphoreServiceServer, req *http.Request, pathParams map[string]string) (proto.Message, runtime.ServerMetadata, error) {
+func local_request_SemaphoreService_Acquire_1(ctx context.Context, marshaler runtime.Marshaler, server extLockdv1.SemaphoreServiceServer, req *http.Request, pathParams map[string]string) (proto.Message, runtime.ServerMetadata, error) {
 	var (
-		protoReq SemaphoreServiceAcquireRequest
+		protoReq extLockdv1.SemaphoreServiceAcquireRequest
 		metadata runtime.ServerMetadata
 	)
 	if err := marshaler.NewDecoder(req.Body).Decode(&protoReq); err != nil && !errors.Is(err, io.EOF) {
@@ -112,7 +113,7 @@ func local_request_SemaphoreService_Acquire_1(ctx context.Context, marshaler run
 // StreamingRPC :currently unsupported pending https://github.com/grpc/grpc-go/issues/906.
 // Note that using this registration option will cause many gRPC library features to stop working. Consider using RegisterSemaphoreServiceHandlerFromEndpoint instead.
 // GRPC interceptors will not work for this type of registration. To use interceptors, you must use the "runtime.WithMiddlewares" option in the "runtime.NewServeMux" call.
-func RegisterSemaphoreServiceHandlerServer(ctx context.Context, mux *runtime.ServeMux, server SemaphoreServiceServer) error {
+func RegisterSemaphoreServiceHandlerServer(ctx context.Context, mux *runtime.ServeMux, server extLockdv1.SemaphoreServiceServer) error {
 	mux.Handle(http.MethodPost, pattern_SemaphoreService_Acquire_0, func(w http.ResponseWriter, req *http.Request, pathParams map[string]string) {
 		ctx, cancel := context.WithCancel(req.Context())
 		defer cancel()
@@ -184,15 +185,15 @@ func RegisterSemaphoreServiceHandlerFromEndpoint(ctx context.Context, mux *runti
 // RegisterSemaphoreServiceHandler registers the http handlers for service SemaphoreService to "mux".
 // The handlers forward requests to the grpc endpoint over "conn".
 func RegisterSemaphoreServiceHandler(ctx context.Context, mux *runtime.ServeMux, conn *grpc.ClientConn) error {
-	return RegisterSemaphoreServiceHandlerClient(ctx, mux, NewSemaphoreServiceClient(conn))
+	return RegisterSemaphoreServiceHandlerClient(ctx, mux, extLockdv1.NewSemaphoreServiceClient(conn))
 }
 
 // RegisterSemaphoreServiceHandlerClient registers the http handlers for service SemaphoreService
-// to "mux". The handlers forward requests to the grpc endpoint over the given implementation of "SemaphoreServiceClient".
-// Note: the gRPC framework executes interceptors within the gRPC handler. If the passed in "SemaphoreServiceClient"
+// to "mux". The handlers forward requests to the grpc endpoint over the given implementation of "extLockdv1.SemaphoreServiceClient".
+// Note: the gRPC framework executes interceptors within the gRPC handler. If the passed in "extLockdv1.SemaphoreServiceClient"
 // doesn't go through the normal gRPC flow (creating a gRPC client etc.) then it will be up to the passed in
-// "SemaphoreServiceClient" to call the correct interceptors. This client ignores the HTTP middlewares.
-func RegisterSemaphoreServiceHandlerClient(ctx context.Context, mux *runtime.ServeMux, client SemaphoreServiceClient) error {
+// "extLockdv1.SemaphoreServiceClient" to call the correct interceptors. This client ignores the HTTP middlewares.
+func RegisterSemaphoreServiceHandlerClient(ctx context.Context, mux *runtime.ServeMux, client extLockdv1.SemaphoreServiceClient) error {
 	mux.Handle(http.MethodPost, pattern_SemaphoreService_Acquire_0, func(w http.ResponseWriter, req *http.Request, pathParams map[string]string) {
 		ctx, cancel := context.WithCancel(req.Context())
 		defer cancel()

@@ -16,6 +16,7 @@ import (
 
 	"github.com/grpc-ecosystem/grpc-gateway/v2/runtime"
 	"github.com/grpc-ecosystem/grpc-gateway/v2/utilities"
+	extLockdv1 "github.com/lockd/lockd/gen/lockd/v1"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/grpclog"
@@ -37,9 +38,9 @@ var (
 
 var filter_AdminService_ListLocks_0 = &utilities.DoubleArray{Encoding: map[string]int{}, Base: []int(nil), Check: []int(nil)}
 
-func request_AdminService_ListLocks_0(ctx context.Context, marshaler runtime.Marshaler, client AdminServiceClient, req *http.Request, pathParams map[string]string) (proto.Message, runtime.ServerMetadata, error) {
+func request_AdminService_ListLocks_0(ctx context.Context, marshaler runtime.Marshaler, client extLockdv1.AdminServiceClient, req *http.Request, pathParams map[string]string) (proto.Message, runtime.ServerMetadata, error) {
 	var (
-		protoReq ListLocksRequest
+		protoReq extLockdv1.ListLocksRequest
 		metadata runtime.ServerMetadata
 	)
 	if err := req.ParseForm(); err != nil {
@@ -55,9 +56,9 @@ func request_AdminService_ListLocks_0(ctx context.Context, marshaler runtime.Mar
 	return msg, metadata, err
 }
 
-func local_request_AdminService_ListLocks_0(ctx context.Context, marshaler runtime.Marshaler, server AdminServiceServer, req *http.Request, pathParams map[string]string) (proto.Message, runtime.ServerMetadata, error) {
+func local_request_AdminService_ListLocks_0(ctx context.Context, marshaler runtime.Marshaler, server extLockdv1.AdminServiceServer, req *http.Request, pathParams map[string]string) (proto.Message, runtime.ServerMetadata, error) {
 	var (
-		protoReq ListLocksRequest
+		protoReq extLockdv1.ListLocksRequest
 		metadata runtime.ServerMetadata
 	)
 	if err := req.ParseForm(); err != nil {
@@ -70,9 +71,9 @@ func local_request_AdminService_ListLocks_0(ctx context.Context, marshaler runti
 	return msg, metadata, err
 }
 
-func request_AdminService_DescribeLock_0(ctx context.Context, marshaler runtime.Marshaler, client AdminServiceClient, req *http.Request, pathParams map[string]string) (proto.Message, runtime.ServerMetadata, error) {
+func request_AdminService_DescribeLock_0(ctx context.Context, marshaler runtime.Marshaler, client extLockdv1.AdminServiceClient, req *http.Request, pathParams map[string]string) (proto.Message, runtime.ServerMetadata, error) {
 	var (
-		protoReq DescribeLockRequest
+		protoReq extLockdv1.DescribeLockRequest
 		metadata runtime.ServerMetadata
 		err      error
 	)
@@ -91,9 +92,9 @@ func request_AdminService_DescribeLock_0(ctx context.Context, marshaler runtime.
 	return msg, metadata, err
 }
 
-func local_request_AdminService_DescribeLock_0(ctx context.Context, marshaler runtime.Marshaler, server AdminServiceServer, req *http.Request, pathParams map[string]string) (proto.Message, runtime.ServerMetadata, error) {
+func local_request_AdminService_DescribeLock_0(ctx context.Context, marshaler runtime.Marshaler, server extLockdv1.AdminServiceServer, req *http.Request, pathParams map[string]string) (proto.Message, runtime.ServerMetadata, error) {
 	var (
-		protoReq DescribeLockRequest
+		protoReq extLockdv1.DescribeLockRequest
 		metadata runtime.ServerMetadata
 		err      error
 	)
@@ -111,9 +112,9 @@ func local_request_AdminService_DescribeLock_0(ctx context.Context, marshaler ru
 
 var filter_AdminService_DescribeLock_1 = &utilities.DoubleArray{Encoding: map[string]int{}, Base: []int(nil), Check: []int(nil)}
 
-func request_AdminService_DescribeLock_1(ctx context.Context, marshaler runtime.Marshaler, client AdminServiceClient, req *http.Request, pathParams map[string]string) (proto.Message, runtime.ServerMetadata, error) {
+func request_AdminService_DescribeLock_1(ctx context.Context, marshaler runtime.Marshaler, client extLockdv1.AdminServiceClient, req *http.Request, pathParams map[string]string) (proto.Message, runtime.ServerMetadata, error) {
 	var (
-		protoReq DescribeLockRequest
+		protoReq extLockdv1.DescribeLockRequest
 		metadata runtime.ServerMetadata
 	)
 	if err := req.ParseForm(); err != nil {
@@ -129,9 +130,9 @@ func request_AdminService_DescribeLock_1(ctx context.Context, marshaler runtime.
 	return msg, metadata, err
 }
 
-func local_request_AdminService_DescribeLock_1(ctx context.Context, marshaler runtime.Marshaler, server AdminServiceServer, req *http.Request, pathParams map[string]string) (proto.Message, runtime.ServerMetadata, error) {
+func local_request_AdminService_DescribeLock_1(ctx context.Context, marshaler runtime.Marshaler, server extLockdv1.AdminServiceServer, req *http.Request, pathParams map[string]string) (proto.Message, runtime.ServerMetadata, error) {
 	var (
-		protoReq DescribeLockRequest
+		protoReq extLockdv1.DescribeLockRequest
 		metadata runtime.ServerMetadata
 	)
 	if err := req.ParseForm(); err != nil {
@@ -144,9 +145,9 @@ func local_request_AdminService_DescribeLock_1(ctx context.Context, marshaler ru
 	return msg, metadata, err
 }
 
-func request_AdminService_ForceRelease_0(ctx context.Context, marshaler runtime.Marshaler, client AdminServiceClient, req *http.Request, pathParams map[string]string) (proto.Message, runtime.ServerMetadata, error) {
+func request_AdminService_ForceRelease_0(ctx context.Context, marshaler runtime.Marshaler, client extLockdv1.AdminServiceClient, req *http.Request, pathParams map[string]string) (proto.Message, runtime.ServerMetadata, error) {
 	var (
-		protoReq ForceReleaseRequest
+		protoReq extLockdv1.ForceReleaseRequest
 		metadata runtime.ServerMetadata
 		err      error
 	)
@@ -168,9 +169,9 @@ func request_AdminService_ForceRelease_0(ctx context.Context, marshaler runtime.
 	return msg, metadata, err
 }
 
-func local_request_AdminService_ForceRelease_0(ctx context.Context, marshaler runtime.Marshaler, server AdminServiceServer, req *http.Request, pathParams map[string]string) (proto.Message, runtime.ServerMetadata, error) {
+func local_request_AdminService_ForceRelease_0(ctx context.Context, marshaler runtime.Marshaler, server extLockdv1.AdminServiceServer, req *http.Request, pathParams map[string]string) (proto.Message, runtime.ServerMetadata, error) {
 	var (
-		protoReq ForceReleaseRequest
+		protoReq extLockdv1.ForceReleaseRequest
 		metadata runtime.ServerMetadata
 		err      error
 	)
@@ -189,9 +190,9 @@ func local_request_AdminService_ForceRelease_0(ctx context.Context, marshaler ru
 	return msg, metadata, err
 }
 
-func request_AdminService_ForceRelease_1(ctx context.Context, marshaler runtime.Marshaler, client AdminServiceClient, req *http.Request, pathParams map[string]string) (proto.Message, runtime.ServerMetadata, error) {
+func request_AdminService_ForceRelease_1(ctx context.Context, marshaler runtime.Marshaler, client extLockdv1.AdminServiceClient, req *http.Request, pathParams map[string]string) (proto.Message, runtime.ServerMetadata, error) {
 	var (
-		protoReq ForceReleaseRequest
+		protoReq extLockdv1.ForceReleaseRequest
 		metadata runtime.ServerMetadata
 	)
 	if err := marshaler.NewDecoder(req.Body).Decode(&protoReq); err != nil && !errors.Is(err, io.EOF) {
@@ -204,9 +205,9 @@ func request_AdminService_ForceRelease_1(ctx context.Context, marshaler runtime.
 	return msg, metadata, err
 }
 
-func local_request_AdminService_ForceRelease_1(ctx context.Context, marshaler runtime.Marshaler, server AdminServiceServer, req *http.Request, pathParams map[string]string) (proto.Message, runtime.ServerMetadata, error) {
+func local_request_AdminService_ForceRelease_1(ctx context.Context, marshaler runtime.Marshaler, server extLockdv1.AdminServiceServer, req *http.Request, pathParams map[string]string) (proto.Message, runtime.ServerMetadata, error) {
 	var (
-		protoReq ForceReleaseRequest
+		protoReq extLockdv1.ForceReleaseRequest
 		metadata runtime.ServerMetadata
 	)
 	if err := marshaler.NewDecoder(req.Body).Decode(&protoReq); err != nil && !errors.Is(err, io.EOF) {
@@ -216,9 +217,9 @@ func local_request_AdminService_ForceRelease_1(ctx context.Context, marshaler ru
 	return msg, metadata, err
 }
 
-func request_AdminService_DescribeApp_0(ctx context.Context, marshaler runtime.Marshaler, client AdminServiceClient, req *http.Request, pathParams map[string]string) (proto.Message, runtime.ServerMetadata, error) {
+func request_AdminService_DescribeApp_0(ctx context.Context, marshaler runtime.Marshaler, client extLockdv1.AdminServiceClient, req *http.Request, pathParams map[string]string) (proto.Message, runtime.ServerMetadata, error) {
 	var (
-		protoReq DescribeAppRequest
+		protoReq extLockdv1.DescribeAppRequest
 		metadata runtime.ServerMetadata
 		err      error
 	)
@@ -237,9 +238,9 @@ func request_AdminService_DescribeApp_0(ctx context.Context, marshaler runtime.M
 	return msg, metadata, err
 }
 
-func local_request_AdminService_DescribeApp_0(ctx context.Context, marshaler runtime.Marshaler, server AdminServiceServer, req *http.Request, pathParams map[string]string) (proto.Message, runtime.ServerMetadata, error) {
+func local_request_AdminService_DescribeApp_0(ctx context.Context, marshaler runtime.Marshaler, server extLockdv1.AdminServiceServer, req *http.Request, pathParams map[string]string) (proto.Message, runtime.ServerMetadata, error) {
 	var (
-		protoReq DescribeAppRequest
+		protoReq extLockdv1.DescribeAppRequest
 		metadata runtime.ServerMetadata
 		err      error
 	)
@@ -255,9 +256,9 @@ func local_request_AdminService_DescribeApp_0(ctx context.Context, marshaler run
 	return msg, metadata, err
 }
 
-func request_AdminService_ListApps_0(ctx context.Context, marshaler runtime.Marshaler, client AdminServiceClient, req *http.Request, pathParams map[string]string) (proto.Message, runtime.ServerMetadata, error) {
+func request_AdminService_ListApps_0(ctx context.Context, marshaler runtime.Marshaler, client extLockdv1.AdminServiceClient, req *http.Request, pathParams map[string]string) (proto.Message, runtime.ServerMetadata, error) {
 	var (
-		protoReq ListAppsRequest
+		protoReq extLockdv1.ListAppsRequest
 		metadata runtime.ServerMetadata
 	)
 	if req.Body != nil {
@@ -267,9 +268,9 @@ func request_AdminService_ListApps_0(ctx context.Context, marshaler runtime.Mars
 	return msg, metadata, err
 }
 
-func local_request_AdminService_ListApps_0(ctx context.Context, marshaler runtime.Marshaler, server AdminServiceServer, req *http.Request, pathParams map[string]string) (proto.Message, runtime.ServerMetadata, error) {
+func local_request_AdminService_ListApps_0(ctx context.Context, marshaler runtime.Marshaler, server extLockdv1.AdminServiceServer, req *http.Request, pathParams map[string]string) (proto.Message, runtime.ServerMetadata, error) {
 	var (
-		protoReq ListAppsRequest
+		protoReq extLockdv1.ListAppsRequest
 		metadata runtime.ServerMetadata
 	)
 	msg, err := server.ListApps(ctx, &protoReq)
@@ -281,7 +282,7 @@ func local_request_AdminService_ListApps_0(ctx context.Context, marshaler runtim
 // StreamingRPC :currently unsupported pending https://github.com/grpc/grpc-go/issues/906.
 // Note that using this registration option will cause many gRPC library features to stop working. Consider using RegisterAdminServiceHandlerFromEndpoint instead.
 // GRPC interceptors will not work for this type of registration. To use interceptors, you must use the "runtime.WithMiddlewares" option in the "runtime.NewServeMux" call.
-func RegisterAdminServiceHandlerServer(ctx context.Context, mux *runtime.ServeMux, server AdminServiceServer) error {
+func RegisterAdminServiceHandlerServer(ctx context.Context, mux *runtime.ServeMux, server extLockdv1.AdminServiceServer) error {
 	mux.Handle(http.MethodGet, pattern_AdminService_ListLocks_0, func(w http.ResponseWriter, req *http.Request, pathParams map[string]string) {
 		ctx, cancel := context.WithCancel(req.Context())
 		defer cancel()
@@ -453,15 +454,15 @@ func RegisterAdminServiceHandlerFromEndpoint(ctx context.Context, mux *runtime.S
 // RegisterAdminServiceHandler registers the http handlers for service AdminService to "mux".
 // The handlers forward requests to the grpc endpoint over "conn".
 func RegisterAdminServiceHandler(ctx context.Context, mux *runtime.ServeMux, conn *grpc.ClientConn) error {
-	return RegisterAdminServiceHandlerClient(ctx, mux, NewAdminServiceClient(conn))
+	return RegisterAdminServiceHandlerClient(ctx, mux, extLockdv1.NewAdminServiceClient(conn))
 }
 
 // RegisterAdminServiceHandlerClient registers the http handlers for service AdminService
-// to "mux". The handlers forward requests to the grpc endpoint over the given implementation of "AdminServiceClient".
-// Note: the gRPC framework executes interceptors within the gRPC handler. If the passed in "AdminServiceClient"
+// to "mux". The handlers forward requests to the grpc endpoint over the given implementation of "extLockdv1.AdminServiceClient".
+// Note: the gRPC framework executes interceptors within the gRPC handler. If the passed in "extLockdv1.AdminServiceClient"
 // doesn't go through the normal gRPC flow (creating a gRPC client etc.) then it will be up to the passed in
-// "AdminServiceClient" to call the correct interceptors. This client ignores the HTTP middlewares.
-func RegisterAdminServiceHandlerClient(ctx context.Context, mux *runtime.ServeMux, client AdminServiceClient) error {
+// "extLockdv1.AdminServiceClient" to call the correct interceptors. This client ignores the HTTP middlewares.
+func RegisterAdminServiceHandlerClient(ctx context.Context, mux *runtime.ServeMux, client extLockdv1.AdminServiceClient) error {
 	mux.Handle(http.MethodGet, pattern_AdminService_ListLocks_0, func(w http.ResponseWriter, req *http.Request, pathParams map[string]string) {
 		ctx, cancel := context.WithCancel(req.Context())
 		defer cancel()

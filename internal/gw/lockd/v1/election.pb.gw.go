@@ -16,6 +16,7 @@ import (
 
 	"github.com/grpc-ecosystem/grpc-gateway/v2/runtime"
 	"github.com/grpc-ecosystem/grpc-gateway/v2/utilities"
+	extLockdv1 "github.com/lockd/lockd/gen/lockd/v1"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/grpclog"
@@ -35,9 +36,9 @@ var (
 	_ = metadata.Join
 )
 
-func request_ElectionService_Campaign_0(ctx context.Context, marshaler runtime.Marshaler, client ElectionServiceClient, req *http.Request, pathParams map[string]string) (ElectionService_CampaignClient, runtime.ServerMetadata, error) {
+func request_ElectionService_Campaign_0(ctx context.Context, marshaler runtime.Marshaler, client extLockdv1.ElectionServiceClient, req *http.Request, pathParams map[string]string) (extLockdv1.ElectionService_CampaignClient, runtime.ServerMetadata, error) {
 	var (
-		protoReq CampaignRequest
+		protoReq extLockdv1.CampaignRequest
 		metadata runtime.ServerMetadata
 		err      error
 	)
@@ -67,9 +68,9 @@ func request_ElectionService_Campaign_0(ctx context.Context, marshaler runtime.M
 	return stream, metadata, nil
 }
 
-func request_ElectionService_Campaign_1(ctx context.Context, marshaler runtime.Marshaler, client ElectionServiceClient, req *http.Request, pathParams map[string]string) (ElectionService_CampaignClient, runtime.ServerMetadata, error) {
+func request_ElectionService_Campaign_1(ctx context.Context, marshaler runtime.Marshaler, client extLockdv1.ElectionServiceClient, req *http.Request, pathParams map[string]string) (extLockdv1.ElectionService_CampaignClient, runtime.ServerMetadata, error) {
 	var (
-		protoReq CampaignRequest
+		protoReq extLockdv1.CampaignRequest
 		metadata runtime.ServerMetadata
 	)
 	if err := marshaler.NewDecoder(req.Body).Decode(&protoReq); err != nil && !errors.Is(err, io.EOF) {
@@ -90,9 +91,9 @@ func request_ElectionService_Campaign_1(ctx context.Context, marshaler runtime.M
 	return stream, metadata, nil
 }
 
-func request_ElectionService_Leader_0(ctx context.Context, marshaler runtime.Marshaler, client ElectionServiceClient, req *http.Request, pathParams map[string]string) (proto.Message, runtime.ServerMetadata, error) {
+func request_ElectionService_Leader_0(ctx context.Context, marshaler runtime.Marshaler, client extLockdv1.ElectionServiceClient, req *http.Request, pathParams map[string]string) (proto.Message, runtime.ServerMetadata, error) {
 	var (
-		protoReq LeaderRequest
+		protoReq extLockdv1.LeaderRequest
 		metadata runtime.ServerMetadata
 		err      error
 	)
@@ -111,9 +112,9 @@ func request_ElectionService_Leader_0(ctx context.Context, marshaler runtime.Mar
 	return msg, metadata, err
 }
 
-func local_request_ElectionService_Leader_0(ctx context.Context, marshaler runtime.Marshaler, server ElectionServiceServer, req *http.Request, pathParams map[string]string) (proto.Message, runtime.ServerMetadata, error) {
+func local_request_ElectionService_Leader_0(ctx context.Context, marshaler runtime.Marshaler, server extLockdv1.ElectionServiceServer, req *http.Request, pathParams map[string]string) (proto.Message, runtime.ServerMetadata, error) {
 	var (
-		protoReq LeaderRequest
+		protoReq extLockdv1.LeaderRequest
 		metadata runtime.ServerMetadata
 		err      error
 	)
@@ -131,9 +132,9 @@ func local_request_ElectionService_Leader_0(ctx context.Context, marshaler runti
 
 var filter_ElectionService_Leader_1 = &utilities.DoubleArray{Encoding: map[string]int{}, Base: []int(nil), Check: []int(nil)}
 
-func request_ElectionService_Leader_1(ctx context.Context, marshaler runtime.Marshaler, client ElectionServiceClient, req *http.Request, pathParams map[string]string) (proto.Message, runtime.ServerMetadata, error) {
+func request_ElectionService_Leader_1(ctx context.Context, marshaler runtime.Marshaler, client extLockdv1.ElectionServiceClient, req *http.Request, pathParams map[string]string) (proto.Message, runtime.ServerMetadata, error) {
 	var (
-		protoReq LeaderRequest
+		protoReq extLockdv1.LeaderRequest
 		metadata runtime.ServerMetadata
 	)
 	if err := req.ParseForm(); err != nil {
@@ -149,9 +150,9 @@ func request_ElectionService_Leader_1(ctx context.Context, marshaler runtime.Mar
 	return msg, metadata, err
 }
 
-func local_request_ElectionService_Leader_1(ctx context.Context, marshaler runtime.Marshaler, server ElectionServiceServer, req *http.Request, pathParams map[string]string) (proto.Message, runtime.ServerMetadata, error) {
+func local_request_ElectionService_Leader_1(ctx context.Context, marshaler runtime.Marshaler, server extLockdv1.ElectionServiceServer, req *http.Request, pathParams map[string]string) (proto.Message, runtime.ServerMetadata, error) {
 	var (
-		protoReq LeaderRequest
+		protoReq extLockdv1.LeaderRequest
 		metadata runtime.ServerMetadata
 	)
 	if err := req.ParseForm(); err != nil {
@@ -164,9 +165,9 @@ func local_request_ElectionService_Leader_1(ctx context.Context, marshaler runti
 	return msg, metadata, err
 }
 
-func request_ElectionService_Observe_0(ctx context.Context, marshaler runtime.Marshaler, client ElectionServiceClient, req *http.Request, pathParams map[string]string) (ElectionService_ObserveClient, runtime.ServerMetadata, error) {
+func request_ElectionService_Observe_0(ctx context.Context, marshaler runtime.Marshaler, client extLockdv1.ElectionServiceClient, req *http.Request, pathParams map[string]string) (extLockdv1.ElectionService_ObserveClient, runtime.ServerMetadata, error) {
 	var (
-		protoReq ObserveRequest
+		protoReq extLockdv1.ObserveRequest
 		metadata runtime.ServerMetadata
 		err      error
 	)
@@ -195,9 +196,9 @@ func request_ElectionService_Observe_0(ctx context.Context, marshaler runtime.Ma
 
 var filter_ElectionService_Observe_1 = &utilities.DoubleArray{Encoding: map[string]int{}, Base: []int(nil), Check: []int(nil)}
 
-func request_ElectionService_Observe_1(ctx context.Context, marshaler runtime.Marshaler, client ElectionServiceClient, req *http.Request, pathParams map[string]string) (ElectionService_ObserveClient, runtime.ServerMetadata, error) {
+func request_ElectionService_Observe_1(ctx context.Context, marshaler runtime.Marshaler, client extLockdv1.ElectionServiceClient, req *http.Request, pathParams map[string]string) (extLockdv1.ElectionService_ObserveClient, runtime.ServerMetadata, error) {
 	var (
-		protoReq ObserveRequest
+		protoReq extLockdv1.ObserveRequest
 		metadata runtime.ServerMetadata
 	)
 	if err := req.ParseForm(); err != nil {
@@ -221,9 +222,9 @@ func request_ElectionService_Observe_1(ctx context.Context, marshaler runtime.Ma
 	return stream, metadata, nil
 }
 
-func request_ElectionService_Proclaim_0(ctx context.Context, marshaler runtime.Marshaler, client ElectionServiceClient, req *http.Request, pathParams map[string]string) (proto.Message, runtime.ServerMetadata, error) {
+func request_ElectionService_Proclaim_0(ctx context.Context, marshaler runtime.Marshaler, client extLockdv1.ElectionServiceClient, req *http.Request, pathParams map[string]string) (proto.Message, runtime.ServerMetadata, error) {
 	var (
-		protoReq ProclaimRequest
+		protoReq extLockdv1.ProclaimRequest
 		metadata runtime.ServerMetadata
 		err      error
 	)
@@ -245,9 +246,9 @@ func request_ElectionService_Proclaim_0(ctx context.Context, marshaler runtime.M
 	return msg, metadata, err
 }
 
-func local_request_ElectionService_Proclaim_0(ctx context.Context, marshaler runtime.Marshaler, server ElectionServiceServer, req *http.Request, pathParams map[string]string) (proto.Message, runtime.ServerMetadata, error) {
+func local_request_ElectionService_Proclaim_0(ctx context.Context, marshaler runtime.Marshaler, server extLockdv1.ElectionServiceServer, req *http.Request, pathParams map[string]string) (proto.Message, runtime.ServerMetadata, error) {
 	var (
-		protoReq ProclaimRequest
+		protoReq extLockdv1.ProclaimRequest
 		metadata runtime.ServerMetadata
 		err      error
 	)
@@ -266,9 +267,9 @@ func local_request_ElectionService_Proclaim_0(ctx context.Context, marshaler run
 	return msg, metadata, err
 }
 
-func request_ElectionService_Proclaim_1(ctx context.Context, marshaler runtime.Marshaler, client ElectionServiceClient, req *http.Request, pathParams map[string]string) (proto.Message, runtime.ServerMetadata, error) {
+func request_ElectionService_Proclaim_1(ctx context.Context, marshaler runtime.Marshaler, client extLockdv1.ElectionServiceClient, req *http.Request, pathParams map[string]string) (proto.Message, runtime.ServerMetadata, error) {
 	var (
-		protoReq ProclaimRequest
+		protoReq extLockdv1.ProclaimRequest
 		metadata runtime.ServerMetadata
 	)
 	if err := marshaler.NewDecoder(req.Body).Decode(&protoReq); err != nil && !errors.Is(err, io.EOF) {
@@ -281,9 +282,9 @@ func request_ElectionService_Proclaim_1(ctx context.Context, marshaler runtime.M
 	return msg, metadata, err
 }
 
-func local_request_ElectionService_Proclaim_1(ctx context.Context, marshaler runtime.Marshaler, server ElectionServiceServer, req *http.Request, pathParams map[string]string) (proto.Message, runtime.ServerMetadata, error) {
+func local_request_ElectionService_Proclaim_1(ctx context.Context, marshaler runtime.Marshaler, server extLockdv1.ElectionServiceServer, req *http.Request, pathParams map[string]string) (proto.Message, runtime.ServerMetadata, error) {
 	var (
-		protoReq ProclaimRequest
+		protoReq extLockdv1.ProclaimRequest
 		metadata runtime.ServerMetadata
 	)
 	if err := marshaler.NewDecoder(req.Body).Decode(&protoReq); err != nil && !errors.Is(err, io.EOF) {
@@ -293,9 +294,9 @@ func local_request_ElectionService_Proclaim_1(ctx context.Context, marshaler run
 	return msg, metadata, err
 }
 
-func request_ElectionService_Resign_0(ctx context.Context, marshaler runtime.Marshaler, client ElectionServiceClient, req *http.Request, pathParams map[string]string) (proto.Message, runtime.ServerMetadata, error) {
+func request_ElectionService_Resign_0(ctx context.Context, marshaler runtime.Marshaler, client extLockdv1.ElectionServiceClient, req *http.Request, pathParams map[string]string) (proto.Message, runtime.ServerMetadata, error) {
 	var (
-		protoReq ResignRequest
+		protoReq extLockdv1.ResignRequest
 		metadata runtime.ServerMetadata
 		err      error
 	)
@@ -317,9 +318,9 @@ func request_ElectionService_Resign_0(ctx context.Context, marshaler runtime.Mar
 	return msg, metadata, err
 }
 
-func local_request_ElectionService_Resign_0(ctx context.Context, marshaler runtime.Marshaler, server ElectionServiceServer, req *http.Request, pathParams map[string]string) (proto.Message, runtime.ServerMetadata, error) {
+func local_request_ElectionService_Resign_0(ctx context.Context, marshaler runtime.Marshaler, server extLockdv1.ElectionServiceServer, req *http.Request, pathParams map[string]string) (proto.Message, runtime.ServerMetadata, error) {
 	var (
-		protoReq ResignRequest
+		protoReq extLockdv1.ResignRequest
 		metadata runtime.ServerMetadata
 		err      error
 	)
@@ -338,9 +339,9 @@ func local_request_ElectionService_Resign_0(ctx context.Context, marshaler runti
 	return msg, metadata, err
 }
 
-func request_ElectionService_Resign_1(ctx context.Context, marshaler runtime.Marshaler, client ElectionServiceClient, req *http.Request, pathParams map[string]string) (proto.Message, runtime.ServerMetadata, error) {
+func request_ElectionService_Resign_1(ctx context.Context, marshaler runtime.Marshaler, client extLockdv1.ElectionServiceClient, req *http.Request, pathParams map[string]string) (proto.Message, runtime.ServerMetadata, error) {
 	var (
-		protoReq ResignRequest
+		protoReq extLockdv1.ResignRequest
 		metadata runtime.ServerMetadata
 	)
 	if err := marshaler.NewDecoder(req.Body).Decode(&protoReq); err != nil && !errors.Is(err, io.EOF) {
@@ -353,9 +354,9 @@ func request_ElectionService_Resign_1(ctx context.Context, marshaler runtime.Mar
 	return msg, metadata, err
 }
 
-func local_request_ElectionService_Resign_1(ctx context.Context, marshaler runtime.Marshaler, server ElectionServiceServer, req *http.Request, pathParams map[string]string) (proto.Message, runtime.ServerMetadata, error) {
+func local_request_ElectionService_Resign_1(ctx context.Context, marshaler runtime.Marshaler, server extLockdv1.ElectionServiceServer, req *http.Request, pathParams map[string]string) (proto.Message, runtime.ServerMetadata, error) {
 	var (
-		protoReq ResignRequest
+		protoReq extLockdv1.ResignRequest
 		metadata runtime.ServerMetadata
 	)
 	if err := marshaler.NewDecoder(req.Body).Decode(&protoReq); err != nil && !errors.Is(err, io.EOF) {
@@ -370,7 +371,7 @@ func local_request_ElectionService_Resign_1(ctx context.Context, marshaler runti
 // StreamingRPC :currently unsupported pending https://github.com/grpc/grpc-go/issues/906.
 // Note that using this registration option will cause many gRPC library features to stop working. Consider using RegisterElectionServiceHandlerFromEndpoint instead.
 // GRPC interceptors will not work for this type of registration. To use interceptors, you must use the "runtime.WithMiddlewares" option in the "runtime.NewServeMux" call.
-func RegisterElectionServiceHandlerServer(ctx context.Context, mux *runtime.ServeMux, server ElectionServiceServer) error {
+func RegisterElectionServiceHandlerServer(ctx context.Context, mux *runtime.ServeMux, server extLockdv1.ElectionServiceServer) error {
 	mux.Handle(http.MethodPost, pattern_ElectionService_Campaign_0, func(w http.ResponseWriter, req *http.Request, pathParams map[string]string) {
 		err := status.Error(codes.Unimplemented, "streaming calls are not yet supported in the in-process transport")
 		_, outboundMarshaler := runtime.MarshalerForRequest(mux, req)
@@ -549,15 +550,15 @@ func RegisterElectionServiceHandlerFromEndpoint(ctx context.Context, mux *runtim
 // RegisterElectionServiceHandler registers the http handlers for service ElectionService to "mux".
 // The handlers forward requests to the grpc endpoint over "conn".
 func RegisterElectionServiceHandler(ctx context.Context, mux *runtime.ServeMux, conn *grpc.ClientConn) error {
-	return RegisterElectionServiceHandlerClient(ctx, mux, NewElectionServiceClient(conn))
+	return RegisterElectionServiceHandlerClient(ctx, mux, extLockdv1.NewElectionServiceClient(conn))
 }
 
 // RegisterElectionServiceHandlerClient registers the http handlers for service ElectionService
-// to "mux". The handlers forward requests to the grpc endpoint over the given implementation of "ElectionServiceClient".
-// Note: the gRPC framework executes interceptors within the gRPC handler. If the passed in "ElectionServiceClient"
+// to "mux". The handlers forward requests to the grpc endpoint over the given implementation of "extLockdv1.ElectionServiceClient".
+// Note: the gRPC framework executes interceptors within the gRPC handler. If the passed in "extLockdv1.ElectionServiceClient"
 // doesn't go through the normal gRPC flow (creating a gRPC client etc.) then it will be up to the passed in
-// "ElectionServiceClient" to call the correct interceptors. This client ignores the HTTP middlewares.
-func RegisterElectionServiceHandlerClient(ctx context.Context, mux *runtime.ServeMux, client ElectionServiceClient) error {
+// "extLockdv1.ElectionServiceClient" to call the correct interceptors. This client ignores the HTTP middlewares.
+func RegisterElectionServiceHandlerClient(ctx context.Context, mux *runtime.ServeMux, client extLockdv1.ElectionServiceClient) error {
 	mux.Handle(http.MethodPost, pattern_ElectionService_Campaign_0, func(w http.ResponseWriter, req *http.Request, pathParams map[string]string) {
 		ctx, cancel := context.WithCancel(req.Context())
 		defer cancel()
