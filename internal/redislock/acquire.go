@@ -65,7 +65,7 @@ func (c *Client) Acquire(ctx context.Context, req Request) (Result, error) {
 			done()
 		}
 	}()
-	res, err := a.tryInTime(ctx, time.Until(deadline))
+	res, err := a.waitingTry(ctx, time.Until(deadline))
 	if err != nil || res.Acquired {
 		return a.finish(ctx, res, err)
 	}
@@ -108,7 +108,7 @@ func (c *Client) Acquire(ctx context.Context, req Request) (Result, error) {
 		}
 		// Re-check after subscribing, and after every wake-up.
 		if recheck {
-			res, err = a.tryInTime(ctx, left)
+			res, err = a.waitingTry(ctx, left)
 			if err != nil || res.Acquired {
 				return a.finish(ctx, res, err)
 			}
@@ -137,6 +137,39 @@ func (c *Client) Acquire(ctx context.Context, req Request) (Result, error) {
 	return a.finish(ctx, res, nil)
 }
 
+// waitingTry is tryInTime for a call that waits: a try that failed on
+// Redis (a dropped connection, a restart, a failover), whose outcome it
+// undid, does not end the wait; the call tries again under fresh ids after
+// a pause that grows to maxRecheck, for as long as its wait lasts.
+func (a *attempt) waitingTry(ctx context.Context, wait time.Duration) (Result, error) {
+	res, err := a.tryInTime(ctx, wait)
+	if err == nil || !transient(err) || ctx.Err() != nil {
+		a.pause = 0
+		return res, err
+	}
+	if err := a.freshIDs(); err != nil {
+		return Result{}, err
+	}
+	a.pause = min(max(2*a.pause, retryPause), a.c.maxRecheck)
+	return Result{RetryAfter: a.pause}, nil
+}
+
+// retryPause is the first pause of a waiting call after a try failed on
+// Redis.
+const retryPause = 50 * time.Millisecond
+
+// transient reports whether err is Redis failing a try rather than the
+// engine refusing the request.
+func transient(err error) bool {
+	for _, refusal := range []error{ErrUpgrade, ErrKeyInUse, ErrLimitMismatch, ErrInvalidKey, ErrInvalidTTL,
+		ErrInvalidMode, ErrInvalidLimit, ErrInvalidLeaseID, ErrClosed, context.Canceled, context.DeadlineExceeded} {
+		if errors.Is(err, refusal) {
+			return false
+		}
+	}
+	return true
+}
+
 // attempt is one Acquire call. Its id tags the hold it may add and its
 // place in the queue; its lease id names the lease if a new one is
 // granted.
@@ -148,8 +181,9 @@ type attempt struct {
 	leaseID    string
 	id         string
 	start      time.Time
-	queued     bool // a try may have queued it (a writer or a permit waiter)
-	replayed   bool // the grant is a retried request_id's first result
+	queued     bool          // a try may have queued it (a writer or a permit waiter)
+	replayed   bool          // the grant is a retried request_id's first result
+	pause      time.Duration // the last pause after a try failed on Redis
 }
 
 // freshIDs gives the attempt a new attempt id and lease id.
@@ -366,7 +400,8 @@ func (a *attempt) unwait() {
 	if a.abandon(ctx, false) == nil {
 		return
 	}
-	a.c.cleanUp(func(ctx context.Context) error { return a.abandon(ctx, false) }, time.Now().Add(3*a.c.maxRecheck))
+	gone := *a // the ids as they are now: the attempt may go on under fresh ones
+	a.c.cleanUp(func(ctx context.Context) error { return gone.abandon(ctx, false) }, time.Now().Add(3*a.c.maxRecheck))
 }
 
 // undo takes back, in the background, what this attempt may have done
@@ -386,7 +421,8 @@ func (a *attempt) undo(undoHold bool) {
 			until = q
 		}
 	}
-	a.c.cleanUp(func(ctx context.Context) error { return a.abandon(ctx, undoHold) }, until)
+	gone := *a // the ids as they are now: the attempt may go on under fresh ones
+	a.c.cleanUp(func(ctx context.Context) error { return gone.abandon(ctx, undoHold) }, until)
 }
 
 // abandon runs abandon.lua once for this attempt.

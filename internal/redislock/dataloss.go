@@ -53,6 +53,8 @@ type lossWatch struct {
 	// pending are the markers whose hold could not be written yet (the
 	// master not back in service): retried at every poll.
 	pending []string
+	// identity is what IdentityCheck compares new connections with.
+	identity identity
 }
 
 func newLossWatch(c *Client) *lossWatch {

@@ -2,6 +2,8 @@ package redislock_test
 
 import (
 	"context"
+	"errors"
+	"fmt"
 	"sync"
 	"testing"
 	"time"
@@ -120,6 +122,37 @@ func TestOneAcquireAddsOneHold(t *testing.T) {
 		case <-ctx.Done():
 			t.Fatalf("the lease is held %d times after one lost re-entry, want once", info.Holders[0].HoldCount)
 		case <-time.After(50 * time.Millisecond):
+		}
+	}
+}
+
+// TestRetriedReleaseReplaysItsResult retries Releases with their request
+// ids, for a lease held once (kept as a string) and one held twice (kept
+// as a hash): every retry answers the first call's hold count, also once
+// the lease has ended, and takes nothing more away.
+func TestRetriedReleaseReplaysItsResult(t *testing.T) {
+	t.Parallel()
+	rdb := redistest.Start(t).Client(t)
+	c := newClient(t, rdb, redislock.Options{DataLossGrace: time.Minute})
+	ctx := ctxT(t, 20*time.Second)
+	for holds := 1; holds <= 2; holds++ {
+		req := redislock.Request{Key: fmt.Sprint("replay/release/", holds), Mode: redislock.Write, Owner: "o", TTL: time.Minute}
+		var l redislock.Lease
+		for range holds {
+			l = mustAcquire(t, c, req)
+		}
+		for left := holds - 1; left >= 0; left-- {
+			rid := "rel-" + string(rune('a'+left))
+			for try := range 3 {
+				n, err := c.Release(ctx, req.Key, l.ID, rid)
+				if err != nil || int(n) != left {
+					t.Fatalf("%d holds, release %s try %d = %d, %v; want %d", holds, rid, try, n, err, left)
+				}
+			}
+		}
+		mustAcquire(t, c, redislock.Request{Key: req.Key, Mode: redislock.Write, Owner: "next", TTL: time.Second})
+		if _, err := c.Release(ctx, req.Key, l.ID, "rel-z"); !errors.Is(err, redislock.ErrNotHeld) {
+			t.Fatalf("a new release of the ended lease = %v, want ErrNotHeld", err)
 		}
 	}
 }

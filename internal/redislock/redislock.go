@@ -227,6 +227,10 @@ type Options struct {
 	// fit). Zero leaves the watch off: for a store whose data dies only
 	// with the process, or locks whose loss costs little.
 	DataLossGrace time.Duration
+	// IdentityCheck, with DataLossGrace, checks every new connection of the
+	// client before it serves anything (see IdentityCheck); its OnConnect
+	// must be the client's.
+	IdentityCheck *IdentityCheck
 	// WatchInterval is how often each Redis master is asked whether it
 	// restarted or failed over, with DataLossGrace; default 500ms.
 	WatchInterval time.Duration
@@ -282,6 +286,7 @@ type Client struct {
 	lossGrace     time.Duration
 	watchInterval time.Duration
 	loss          *lossWatch // nil without DataLossGrace
+	identity      *IdentityCheck
 	waitReplicas  int
 	waitTimeout   time.Duration
 
@@ -348,6 +353,10 @@ func New(rdb redis.UniversalClient, opts Options) *Client {
 	c.renewer = newRenewer(c)
 	if c.lossGrace > 0 {
 		c.loss = newLossWatch(c)
+		if opts.IdentityCheck != nil {
+			c.identity = opts.IdentityCheck
+			c.identity.w.Store(c.loss)
+		}
 	}
 	return c
 }
@@ -368,6 +377,9 @@ func (c *Client) Close() error {
 		}
 		close(c.closing)
 		if c.loss != nil {
+			if c.identity != nil {
+				c.identity.w.CompareAndSwap(c.loss, nil)
+			}
 			c.loss.close()
 		}
 		c.renewer.close()

@@ -59,10 +59,11 @@ local expired = begin()
 
 -- A retried request for the same lease returns its first result.
 if request ~= '' then
-  local done = redis.call('HGET', rec, 'rr:' .. request)
+  local done = redis.call('GET', KEYS[2])
   if done then
-    local _, done_id, count = string.match(done, '^(%d+)|(.*)|(%d+)$')
+    local done_id, count = string.match(done, '^(.*)|(%d+)$')
     if done_id == id then
+      tidy()
       return {1, tonumber(count)}
     end
   end
@@ -92,11 +93,7 @@ else
   drop(id, l)
 end
 if request ~= '' then
-  local until_ms = now_ms + l.ttl
-  if redis.call('HSET', rec, 'rr:' .. request, num(until_ms) .. '|' .. id .. '|' .. num(l.count)) == 1 then
-    h.nr = h.nr + 1
-  end
-  expires(until_ms)
+  redis.call('SET', KEYS[2], id .. '|' .. num(l.count), 'PX', num(l.ttl))
 end
 -- Waiters can only get in when a writer leaves or the last holder goes,
 -- or, on a semaphore, when a permit comes free; then only those who can
