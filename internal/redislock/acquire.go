@@ -8,6 +8,8 @@ import (
 	"strings"
 	"time"
 	"unicode"
+
+	"github.com/redis/go-redis/v9"
 )
 
 // Acquire asks for a hold on req.Key in req.Mode, waiting up to req.Wait
@@ -115,11 +117,23 @@ func (c *Client) Acquire(ctx context.Context, req Request) (Result, error) {
 		}
 		recheck = true
 		next := min(time.Until(deadline), c.maxRecheck)
-		if !res.behind {
+		switch res.place {
+		case placeHead:
 			// The head of the queue (or a reader) re-checks when the
-			// holders' leases run out; those behind it are woken in turn.
+			// holders' leases run out; a queued head also often enough
+			// to keep its place, which lasts a moment only, so that a
+			// head that died holds nobody up for long.
 			next = min(next, res.RetryAfter)
+			if a.queued {
+				next = min(next, headRefresh)
+			}
+		case placeNext:
+			// The one next in line re-checks when the head's place would
+			// run out: a head that died is passed over then.
+			next = min(next, res.headLeft+time.Millisecond)
 		}
+		// Those further behind are woken in turn, and re-check only as a
+		// fallback.
 		timer.Reset(next)
 		select {
 		case <-wake:
@@ -154,6 +168,17 @@ func (a *attempt) waitingTry(ctx context.Context, wait time.Duration) (Result, e
 	return Result{RetryAfter: a.pause}, nil
 }
 
+// Where a queued call stands, as the busy answer tells it.
+const (
+	placeHead   = 0 // the head of the queue, or not queued
+	placeBehind = 1 // behind others
+	placeNext   = 2 // next in line after the head
+)
+
+// headRefresh is how often the head of the queue tries again to keep its
+// place, which lasts 1.2s without a try (HEAD_MS in common.lua).
+const headRefresh = 300 * time.Millisecond
+
 // retryPause is the first pause of a waiting call after a try failed on
 // Redis.
 const retryPause = 50 * time.Millisecond
@@ -162,7 +187,7 @@ const retryPause = 50 * time.Millisecond
 // engine refusing the request.
 func transient(err error) bool {
 	for _, refusal := range []error{ErrUpgrade, ErrKeyInUse, ErrLimitMismatch, ErrInvalidKey, ErrInvalidTTL,
-		ErrInvalidMode, ErrInvalidLimit, ErrInvalidLeaseID, ErrClosed, context.Canceled, context.DeadlineExceeded} {
+		ErrInvalidMode, ErrInvalidLimit, ErrInvalidLeaseID, ErrClosed, redis.ErrClosed, context.Canceled, context.DeadlineExceeded} {
 		if errors.Is(err, refusal) {
 			return false
 		}
@@ -313,7 +338,7 @@ func (a *attempt) try(ctx context.Context, wait time.Duration) (Result, error) {
 		return Result{Acquired: true, Lease: l, Available: int(intAt(reply, 10))}, nil
 	case 0:
 		return Result{RetryAfter: time.Duration(intAt(reply, 3)) * time.Millisecond, Holder: strAt(reply, 4), Available: int(intAt(reply, 5)),
-			behind: intAt(reply, 6) == 1}, nil
+			place: int(intAt(reply, 6)), headLeft: time.Duration(intAt(reply, 7)) * time.Millisecond}, nil
 	case -4:
 		if a.req.Mode == Permit {
 			return Result{}, fmt.Errorf("%w: key %q is held as a lock", ErrKeyInUse, a.req.Key)

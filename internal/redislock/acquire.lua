@@ -23,12 +23,15 @@
 -- resume (0 or past: none). Then:
 --   granted:  {1, now, hold, lease_id, mode, hold_count, fencing_token, ttl_ms, expire_ms, owner}
 --   replayed: {2, ...} the same fields, from a retried request_id's first result
---   busy:     {0, now, hold, retry_after_ms, holder, 0, behind}; holder is
---             the owner of a lease holding the key ('' when none, as when
---             the key is free but others are queued ahead); behind is 1
---             when the caller is queued behind others: it is woken when
---             its turn comes, so it need not re-check at the holders'
---             expiry
+--   busy:     {0, now, hold, retry_after_ms, holder, 0, behind, head_left};
+--             holder is the owner of a lease holding the key ('' when
+--             none, as when the key is free but others are queued ahead);
+--             behind is 0 for the head of the queue (or a caller not
+--             queued), 1 when the caller is queued behind others (it is
+--             woken when its turn comes, so it need not re-check at the
+--             holders' expiry), 2 when it is next in line: it re-checks
+--             when the head's place would run out (head_left ms), in case
+--             the head died
 --   upgrade:  {-2, now, hold} an owner holding only a read lease asked for write
 --   in use:   {-4, now, hold} the key's permits are held (it is a semaphore)
 
@@ -69,6 +72,7 @@ local owner, new_id, ttl, attempt, request = ARGV[2], ARGV[3], tonumber(ARGV[4])
 local wait_ms, grace, publish_cmd = string.match(ARGV[7], '^(%d+)|(%d+)|(%a+)$')
 wait_ms, grace = tonumber(wait_ms), tonumber(grace)
 local channel = rec .. ':released'
+waker_channel, waker_cmd = channel, publish_cmd
 
 local hold = check_marker(grace)
 begin()
@@ -158,17 +162,17 @@ if not blocked_for and hold > now_ms then
 end
 
 if blocked_for then
-  local behind = 0
+  local behind, head_left = 0, 0
   if mode == 'w' and wait_ms > 0 then
     join_queue(attempt, wait_ms)
-    if queue_head() ~= attempt then behind = 1 end
+    behind, head_left = place_of(attempt)
   elseif wait_ms > 0 then
     -- A reader that waits is woken when readers may go in; releases
     -- publish that only while some reader may be waiting.
     h.rw = math.max(h.rw, now_ms + wait_ms)
   end
   tidy()
-  return {0, now_ms, hold, blocked_for, holder(writer), 0, behind}
+  return {0, now_ms, hold, blocked_for, holder(writer), 0, behind, head_left}
 end
 
 local l = new_lease(mode, owner, ttl)

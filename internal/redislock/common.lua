@@ -51,7 +51,15 @@
 --                    leader is one) or p (a semaphore permit)
 --   x:<lease_id>     its changing part: "<expire_ms>|<keeper>|<attempts>|
 --                    <remembered>";
---                    keeper is the id of the lease's newest KeepAlive;
+--                    keeper is the id of the lease's newest KeepAlive, after
+--                    a '!' once an administrator ended the lease while a
+--                    KeepAlive kept it (force_release.lua): such a revoked
+--                    lease is held by nobody (renewals, releases and
+--                    re-entries find it not held) but still holds the key
+--                    until it runs out: a moment after that keeper, told
+--                    on the key's channel, renews, finds it not held and
+--                    ends its stream (REVOKED_MS), so that the holder
+--                    learns before anyone is granted the key;
 --                    attempts lists the Acquire attempts (newest last, at most
 --                    MAX_ATTEMPTS) whose hold the lease still counts, so an
 --                    attempt whose reply was lost can be undone exactly;
@@ -241,12 +249,13 @@ local function decode(ls, xs)
     return nil
   end
   local mode, count, token, ttl, owner = string.match(ls, '^([rwp])|(%d+)|(%d+)|(%d+)|(.*)$')
-  local exp, keeper, attempts, remembered = string.match(xs, '^(%d+)|([%w_%-]*)|([%w_,%-]*)|([%w_,%-]*)$')
+  local exp, keeper, attempts, remembered = string.match(xs, '^(%d+)|(!?[%w_%-]*)|([%w_,%-]*)|([%w_,%-]*)$')
   if not mode or not exp or tonumber(count) < 1 then
     return nil
   end
   return {mode = mode, count = tonumber(count), token = tonumber(token), ttl = tonumber(ttl),
-    expire = tonumber(exp), keeper = keeper, attempts = attempts, remembered = remembered, owner = owner}
+    expire = tonumber(exp), keeper = keeper, attempts = attempts, remembered = remembered, owner = owner,
+    revoked = string.sub(keeper, 1, 1) == '!'}
 end
 
 -- get_lease returns the record of a held lease, or nil. A lease that does
@@ -523,15 +532,58 @@ local function leave_queue(attempt)
   return true
 end
 
--- queue_head returns the attempt at the head of the queue and until when
--- its place is kept, or nil when no place is known. It walks up from qh,
--- dropping places whose waiter left or whose deadline passed; each seq is
--- walked past once, so the walk costs O(1) a call over time.
+-- HEAD_MS is the most the head of the queue keeps its place without
+-- trying again: a head whose process or replica died holds the key up no
+-- longer than that. A live head tries several times within it
+-- (acquire.go), and the waiter next in line re-checks when it would run
+-- out.
+local HEAD_MS = 1200
+
+-- waker_channel and waker_cmd publish on the lock's channel, for the
+-- scripts that move the queue (set by acquire.lua, semaphore_acquire.lua
+-- and wake_next).
+local waker_channel, waker_cmd = nil, nil
+
+-- live_place returns the attempt queued at seq and its place's deadline,
+-- or nil when the place is gone or past.
+local function live_place(seq)
+  local a = redis.call('HGET', rec, 's:' .. seq)
+  if not a then
+    return nil
+  end
+  local s, deadline = string.match(redis.call('HGET', rec, 'q:' .. a) or '', '^(%d+)|(%d+)$')
+  if s ~= seq or tonumber(deadline) <= now_ms then
+    return nil
+  end
+  return a, tonumber(deadline)
+end
+
+-- next_in_line returns the first live waiter behind the head (queued at
+-- head_seq), looking a few places on.
+local function next_in_line(head_seq)
+  for seq = head_seq + 1, math.min(h.qs, head_seq + 16) do
+    local a = live_place(num(seq))
+    if a then
+      return a
+    end
+  end
+  return nil
+end
+
+-- queue_head returns the attempt at the head of the queue, until when its
+-- place is kept, its seq, and whether it just became the head; nil when
+-- no place is known. It walks up from qh, dropping places whose waiter
+-- left or whose deadline passed; each seq is walked past once, so the walk
+-- costs O(1) a call over time. The head's place is kept HEAD_MS at most;
+-- a waiter that just became the head, and the one next in line, are told
+-- (their attempt ids on the lock's channel), so that the head keeps its
+-- place by trying again and the next one watches it.
 local function queue_head()
   if h.nw == 0 then
     h.qh = h.qs
     return nil
   end
+  local moved = false
   while h.qh < h.qs do
     local seq = num(h.qh + 1)
     local a = redis.call('HGET', rec, 's:' .. seq)
@@ -539,8 +591,20 @@ local function queue_head()
       local q = redis.call('HGET', rec, 'q:' .. a)
       local s, deadline = string.match(q or '', '^(%d+)|(%d+)$')
       if s == seq then
-        if tonumber(deadline) > now_ms then
-          return a, tonumber(deadline)
+        deadline = tonumber(deadline)
+        if deadline > now_ms then
+          if deadline > now_ms + HEAD_MS then
+            deadline = now_ms + HEAD_MS
+            redis.call('HSET', rec, 'q:' .. a, seq .. '|' .. num(deadline))
+          end
+          if moved and waker_channel then
+            redis.call(waker_cmd, waker_channel, a)
+            local n = next_in_line(h.qh + 1)
+            if n then
+              redis.call(waker_cmd, waker_channel, n)
+            end
+          end
+          return a, deadline, h.qh + 1, moved
         end
         redis.call('HDEL', rec, 'q:' .. a, 's:' .. seq)
         h.nw = h.nw - 1
@@ -549,8 +613,23 @@ local function queue_head()
       end
     end
     h.qh = h.qh + 1
+    moved = true
   end
   return nil
+end
+
+-- place_of tells a queued attempt where it stands, for its busy answer: 0
+-- at the head, 2 next in line, 1 further behind; and how long the head's
+-- place still runs (0 for the head itself).
+local function place_of(attempt)
+  local head, kept, seq = queue_head()
+  if not head or head == attempt then
+    return 0, 0
+  end
+  if next_in_line(seq) == attempt then
+    return 2, kept - now_ms
+  end
+  return 1, kept - now_ms
 end
 
 -- can_take reports whether the head of the queue could be granted now: the
@@ -569,9 +648,10 @@ local function wake_next(channel, command)
     redis.call(command, channel, 'released')
     return
   end
-  local head = queue_head()
+  waker_channel, waker_cmd = channel, command
+  local head, _, _, told = queue_head()
   if head then
-    if can_take() then
+    if can_take() and not told then
       redis.call(command, channel, head)
     end
   elseif h.nw > 0 then
@@ -619,7 +699,8 @@ local function replay(request, mode, given, owner, hold)
   end
   local exp, r_given, id, r_mode, count, token, r_ttl, r_owner =
     string.match(r, '^(%d+)|([01])|([^|]*)|(%a)|(%d+)|(%d+)|(%d+)|(.*)$')
-  if not (exp and tonumber(exp) > now_ms and get_lease(id)) then
+  local held = exp and tonumber(exp) > now_ms and get_lease(id)
+  if not held or held.revoked then
     return nil, request
   end
   if r_mode == mode and r_given == given and (given == '0' or r_owner == owner) then
@@ -664,6 +745,9 @@ local function reentered(mode, owner, ttl)
     end
     return nil
   end
+  if l.revoked then
+    return nil
+  end
   l.count = l.count + 1
   l.ttl = math.max(l.ttl, ttl)
   l.expire = math.max(l.expire, now_ms + ttl)
@@ -685,7 +769,7 @@ end
 -- held otherwise (it leads no election).
 local function writer_lease(id)
   local l = get_lease(id)
-  if not l then
+  if not l or l.revoked then
     return nil, -1
   end
   if h.w ~= id then
@@ -719,6 +803,28 @@ local function holder(writer)
     end
   end
   return ''
+end
+
+-- REVOKED_MS is how long a revoked lease still holds the key once its
+-- holder or its KeepAlive has been told it is not held: long enough for
+-- lockd to end the holder's stream before anyone else is granted the key.
+local REVOKED_MS = 1000
+
+-- revoked_seen tells whether the lease id is one an administrator revoked
+-- (held by nobody: the call finds it not held). When the call comes from
+-- its holder (keeper '') or from the KeepAlive that kept it, the lease
+-- runs out REVOKED_MS from now at the latest; waiters re-check then, as a
+-- busy answer tells them when the holders' leases run out.
+local function revoked_seen(id, keeper)
+  local l = get_lease(id)
+  if not l or not l.revoked then
+    return false
+  end
+  if (keeper == '' or l.keeper == '!' .. keeper) and l.expire > now_ms + REVOKED_MS then
+    l.expire = now_ms + REVOKED_MS
+    put_lease(id, l)
+  end
+  return true
 end
 
 -- lease_reply is the reply for a held lease.

@@ -202,9 +202,10 @@ type Result struct {
 	// after the call.
 	Available int
 
-	// behind is true when the call is queued behind other waiters: it is
-	// woken when its turn comes, and re-checks only as a fallback.
-	behind bool
+	// place is where the call stands in the queue (see placeHead); headLeft
+	// is how long the head's place still runs.
+	place    int
+	headLeft time.Duration
 }
 
 // Options tune a Client. The zero value is ready to use.

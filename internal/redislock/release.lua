@@ -69,6 +69,10 @@ if request ~= '' then
   end
 end
 
+if revoked_seen(id, keeper) then
+  tidy()
+  return {-1}
+end
 local l = get_lease(id)
 if not l then
   if expired or lost_record then

@@ -50,7 +50,16 @@ local id, ttl, keeper, register, grace = ARGV[1], tonumber(ARGV[2]), ARGV[3], AR
 local hold = check_marker(grace)
 begin()
 
+-- A revoked lease is not held; told so, the KeepAlive that kept it ends,
+-- and the lease a moment later.
+if keeper ~= '' and revoked_seen(id, keeper) then
+  tidy()
+  return {-1, now_ms, hold}
+end
 local l = get_lease(id)
+if l and l.revoked then
+  l = nil
+end
 if not l then
   tidy()
   return {-1, now_ms, hold}

@@ -22,8 +22,8 @@
 --   granted:  {1, now, hold, lease_id, 'p', hold_count, fencing_token, ttl_ms,
 --             expire_ms, owner, available}
 --   replayed: {2, ...} the same fields, from a retried request_id's first result
---   busy:     {0, now, hold, retry_after_ms, '', available, behind}; behind
---             as in acquire.lua
+--   busy:     {0, now, hold, retry_after_ms, '', available, behind,
+--             head_left}; behind and head_left as in acquire.lua
 --   in use:   {-4, now, hold} the key is held as a lock
 --   limit:    {-5, now, hold, limit} the permits held have another limit
 -- available is how many permits are left free.
@@ -31,6 +31,7 @@
 local limit, owner, new_id, ttl = tonumber(ARGV[1]), ARGV[2], ARGV[3], tonumber(ARGV[4])
 local attempt, given, request, grace = ARGV[5], ARGV[6], ARGV[7], tonumber(ARGV[8])
 local wait_ms, channel, publish_cmd = tonumber(ARGV[9]), ARGV[10], ARGV[11]
+waker_channel, waker_cmd = channel, publish_cmd
 
 local hold = check_marker(grace)
 begin()
@@ -101,13 +102,13 @@ else
   end
 end
 if blocked_for then
-  local behind = 0
+  local behind, head_left = 0, 0
   if wait_ms > 0 then
     join_queue(attempt, wait_ms)
-    if queue_head() ~= attempt then behind = 1 end
+    behind, head_left = place_of(attempt)
   end
   tidy()
-  return {0, now_ms, hold, blocked_for, '', free(), behind}
+  return {0, now_ms, hold, blocked_for, '', free(), behind, head_left}
 end
 
 local l = new_lease('p', owner, ttl)
