@@ -6,15 +6,25 @@ MAKEFLAGS += --no-print-directory
 GO ?= go
 # Packages Debian must provide for the tests: real Redis servers,
 # docker-compose (to check docker-compose.yml), curl (the README's
-# HTTP/JSON examples) and chromium (the admin page's browser test).
-APT_PACKAGES := redis-server redis-tools docker-compose curl chromium
+# HTTP/JSON examples), chromium (the admin page's browser test) and
+# prometheus (its promtool checks the alert rules and dashboard of deploy/).
+# valkey-server comes from bookworm-backports (valkey-deps).
+APT_PACKAGES := redis-server redis-tools docker-compose curl chromium prometheus
 # Debian packages the Java client builds and tests with: grpc-java and
-# protobuf jars, protoc with the grpc-java plugin, JUnit 5 (and openssl for
-# the TLS tests). Maven Central is out of reach; see clients/java/README.md.
+# protobuf jars, netty-tcnative (TLS with ALPN on Debian's netty), protoc with
+# the grpc-java plugin, JUnit 5, Maven's model builder (to read pom.xml) and
+# openssl for the TLS tests. Maven Central is out of reach; see
+# clients/java/README.md.
 JAVA_APT_PACKAGES := protobuf-compiler protobuf-compiler-grpc-java-plugin libprotobuf-dev \
   libgrpc-java libprotobuf-java libgoogle-common-protos-java libguava-java libnetty-java \
   libperfmark-java libgoogle-gson-java libjsr305-java libgeronimo-annotation-1.3-spec-java \
-  junit5 openssl
+  libnetty-tcnative-java libnetty-tcnative-jni maven junit5 openssl
+# Debian packages the Python client builds and tests with (/usr/bin/python3,
+# never a python3 from PATH): grpcio and protobuf, setuptools, wheel, pip and
+# venv to build and install its wheel, protoc with grpc_python_plugin to
+# generate its stubs, and openssl for the TLS tests. PyPI is out of reach.
+PYTHON_APT_PACKAGES := python3 python3-grpcio python3-protobuf python3-setuptools python3-wheel \
+  python3-pip python3-venv protobuf-compiler protobuf-compiler-grpc openssl
 
 # The Go modules of this repository: lockd itself, the Go client and the
 # generated messages it uses. The client and gen/ are modules of their own
@@ -31,9 +41,17 @@ run: ## Run lockd on its embedded store (127.0.0.1:50051), ready for grpcurl.
 	$(GO) run ./cmd/lockd $(ARGS)
 
 .PHONY: test
-test: deps lint ## Install what is missing, then run every test (with -race) against real Redis.
+test: deps valkey-deps python-deps lint ## Install what is missing, then run every test (with -race) against real Redis.
 	$(GO) test -race -count=1 -timeout 20m ./...
-	@$(MAKE) test-go-client test-java test-node
+	@$(MAKE) test-deploy test-valkey test-go-client test-java test-node test-python test-examples
+
+.PHONY: test-deploy
+test-deploy: deps ## Check deploy/'s Prometheus config and alert rules; run the rules' promtool unit tests.
+	cd deploy/prometheus && promtool check config prometheus.yml && promtool test rules lockd-alerts.test.yml
+
+.PHONY: test-valkey
+test-valkey: valkey-deps ## Run the engine's and the token broker's suites on Valkey (single, Sentinel, Cluster).
+	REDISTEST_SERVER=valkey-server $(GO) test -race -count=1 -timeout 20m ./internal/redislock/ ./internal/token/
 
 .PHONY: test-go-client
 test-go-client: .bin/lockd ## Run the Go client module's tests and examples against a lockd process.
@@ -46,6 +64,16 @@ test-java: java-deps .bin/lockd .bin/wechat-fake ## Build the Java client and ru
 .PHONY: test-node
 test-node: node-deps .bin/lockd .bin/wechat-fake ## Run the Node client's tests against lockd processes.
 	cd clients/node && LOCKD_BIN=$(CURDIR)/.bin/lockd WECHAT_FAKE_BIN=$(CURDIR)/.bin/wechat-fake npm test
+
+.PHONY: test-python
+test-python: python-deps .bin/lockd .bin/wechat-fake ## Run the Python client's tests (Debian's python3) against lockd processes.
+	cd clients/python && LOCKD_BIN=$(CURDIR)/.bin/lockd WECHAT_FAKE_BIN=$(CURDIR)/.bin/wechat-fake \
+	  /usr/bin/python3 -m unittest discover -s tests -t . -v
+
+.PHONY: test-examples
+test-examples: node-deps .bin/lockd .bin/wechat-fake ## Test the SDK examples (examples/): SDKs whose token cache lockd feeds, against lockd and the fake upstream.
+	cd examples/wechat-go && $(GO) vet ./... && LOCKD_BIN=$(CURDIR)/.bin/lockd WECHAT_FAKE_BIN=$(CURDIR)/.bin/wechat-fake $(GO) test -race -count=1 ./...
+	cd examples/feishu-node && npm ci --no-audit --no-fund && LOCKD_BIN=$(CURDIR)/.bin/lockd WECHAT_FAKE_BIN=$(CURDIR)/.bin/wechat-fake npm test
 
 # The client tests run these binaries as processes; go build is a no-op when
 # nothing changed.
@@ -65,6 +93,32 @@ java-deps: deps ## Install the Debian packages the Java client needs when missin
 	  DEBIAN_FRONTEND=noninteractive $$sudo apt-get install -y -qq --no-install-recommends "$${missing[@]}" >/dev/null; \
 	fi
 
+.PHONY: valkey-deps
+valkey-deps: ## Install valkey-server from Debian bookworm-backports when missing.
+	@if ! command -v valkey-server >/dev/null; then \
+	  echo "installing valkey-server from Debian bookworm-backports"; \
+	  sudo=; [ "$$(id -u)" = 0 ] || sudo=sudo; \
+	  if ! grep -rqs 'bookworm-backports' /etc/apt/sources.list /etc/apt/sources.list.d/; then \
+	    echo 'deb http://deb.debian.org/debian bookworm-backports main' | \
+	      $$sudo tee /etc/apt/sources.list.d/bookworm-backports.list >/dev/null; \
+	  fi; \
+	  $$sudo apt-get update -qq; \
+	  DEBIAN_FRONTEND=noninteractive $$sudo apt-get install -y -qq --no-install-recommends \
+	    -t bookworm-backports valkey-server >/dev/null; \
+	fi
+	@valkey-server --version
+
+.PHONY: python-deps
+python-deps: deps ## Install the Debian packages the Python client needs when missing.
+	@missing=(); \
+	for p in $(PYTHON_APT_PACKAGES); do dpkg -s "$$p" >/dev/null 2>&1 || missing+=("$$p"); done; \
+	if (( $${#missing[@]} )); then \
+	  echo "installing $${missing[*]} from Debian"; \
+	  sudo=; [ "$$(id -u)" = 0 ] || sudo=sudo; \
+	  $$sudo apt-get update -qq; \
+	  DEBIAN_FRONTEND=noninteractive $$sudo apt-get install -y -qq --no-install-recommends "$${missing[@]}" >/dev/null; \
+	fi
+
 .PHONY: node-deps
 node-deps: deps ## Install the Node client's packages (npm ci, from package-lock.json).
 	@if ! command -v npm >/dev/null; then \
@@ -76,9 +130,10 @@ node-deps: deps ## Install the Node client's packages (npm ci, from package-lock
 	cd clients/node && npm ci --no-audit --no-fund
 
 .PHONY: deps
-deps: ## Install redis-server, docker-compose, curl and chromium from Debian when missing.
+deps: ## Install redis-server, docker-compose, curl, chromium and promtool from Debian when missing.
 	@missing=(); \
 	command -v redis-server >/dev/null || missing+=(redis-server); \
+	command -v promtool >/dev/null || missing+=(prometheus); \
 	command -v redis-cli >/dev/null || missing+=(redis-tools); \
 	command -v docker-compose >/dev/null || missing+=(docker-compose); \
 	command -v curl >/dev/null || missing+=(curl); \
@@ -105,13 +160,16 @@ lint: ## buf lint and format; go vet, gofmt and go mod tidy over every Go module
 	@if command -v docker-compose >/dev/null; then docker-compose -f docker-compose.yml config -q && echo "docker-compose.yml: ok"; fi
 
 .PHONY: generate
-generate: ## Regenerate gen/lockd/v1 (messages, gRPC stubs) and internal/gw (HTTP gateway) from proto/.
+generate: ## Regenerate gen/lockd/v1 (messages, gRPC stubs), internal/gw (HTTP gateway) and the Python client's stubs from proto/.
 	$(GO) tool buf generate
+	@if command -v grpc_python_plugin >/dev/null; then clients/python/generate.sh; \
+	else echo "grpc_python_plugin missing (make python-deps): clients/python/lockd/v1 not regenerated"; fi
 
 .PHONY: checkgenerate
 checkgenerate: generate
-	@if [ -n "$$(git status --porcelain -- gen internal/gw)" ]; then \
-	  echo "generated code is stale: run make generate and commit"; git status --porcelain -- gen internal/gw; exit 1; fi
+	@if [ -n "$$(git status --porcelain -- gen internal/gw clients/python/lockd/v1)" ]; then \
+	  echo "generated code is stale: run make generate and commit"; \
+	  git status --porcelain -- gen internal/gw clients/python/lockd/v1; exit 1; fi
 
 .PHONY: bench
 bench: deps bench-deps ## Run the benchmarks (lockd beside etcd) and write BENCHMARKS.md; BENCH_LONG=1 adds the runs that take minutes.

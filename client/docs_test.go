@@ -33,7 +33,7 @@ func TestDocsShowTheExamples(t *testing.T) {
 		shown[m[1]] = m[2]
 	}
 
-	examples := exampleBodies(t, "example_test.go", "example_election_test.go")
+	examples := exampleBodies(t, "example_test.go", "example_election_test.go", "example_ratelimit_test.go")
 	for name, body := range examples {
 		doc, ok := shown[name]
 		if !ok {

@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # Builds lockd's Java client with javac against Debian's jars in /usr/share/java
-# and runs its JUnit tests. See README.md for why there is no Maven here.
+# and runs its JUnit tests. pom.xml describes the same jar for Maven and Gradle
+# users; see README.md for why it is not built with Maven here.
 #
 #   ./build.sh jar    generate stubs from ../../proto, compile, write build/lockd-client.jar
 #   ./build.sh test   the jar, then the tests against real lockd and redis-server processes
@@ -16,19 +17,38 @@ RUNTIME=(grpc-api grpc-context grpc-core grpc-netty grpc-protobuf grpc-protobuf-
   protobuf proto-google-common-protos guava gson perfmark-api error_prone_annotations jsr305
   netty-buffer netty-codec netty-codec-http netty-codec-http2 netty-codec-socks netty-common
   netty-handler netty-handler-proxy netty-resolver netty-transport
-  netty-transport-native-unix-common geronimo-annotation-1.3-spec)
+  netty-transport-native-unix-common netty-tcnative geronimo-annotation-1.3-spec)
 TEST=(junit-jupiter-api opentest4j junit-platform-commons apiguardian-api)
+# Maven's model builder (Debian's maven), with which PomTest reads pom.xml as Maven does.
+MAVEN_MODEL=(maven-model-builder-3.x maven-model-3.x maven-builder-support-3.x maven-artifact-3.x
+  plexus-utils plexus-interpolation)
 
 classpath() {
-  local out="" j
+  local dir=$JARS out="" j
+  if [[ $1 == --in ]]; then dir=$2; shift 2; fi
   for j in "$@"; do
-    [[ -f "$JARS/$j.jar" ]] || { echo "missing $JARS/$j.jar (run make java-deps)" >&2; exit 1; }
-    out+="$JARS/$j.jar:"
+    [[ -f "$dir/$j.jar" ]] || { echo "missing $dir/$j.jar (run make java-deps)" >&2; exit 1; }
+    out+="$dir/$j.jar:"
   done
   printf '%s' "${out%:}"
 }
 
 CP=$(classpath "${RUNTIME[@]}")
+
+# TLS: gRPC negotiates HTTP/2 by ALPN. Debian's netty 4.1.48 leaves out its JDK
+# ALPN negotiator, so grpc-netty takes TLS from OpenSSL through netty-tcnative
+# (libnetty-tcnative-jni). Debian installs that library as libnetty-tcnative.so,
+# but netty loads it as netty_tcnative, and the library checks its own file name
+# when loaded: a copy under that name goes in build/native, which the JVMs
+# running the client get as java.library.path. (With netty from Maven Central,
+# the JDK's own ALPN works and none of this is needed.)
+native_lib() {
+  local so
+  so=$(find /usr/lib -name libnetty-tcnative.so -path '*jni*' 2>/dev/null | head -1)
+  [[ -n "$so" ]] || { echo "missing libnetty-tcnative.so (run make java-deps)" >&2; exit 1; }
+  mkdir -p build/native
+  cp "$so" build/native/libnetty_tcnative.so
+}
 
 build_jar() {
   rm -rf build/gen build/classes
@@ -42,7 +62,10 @@ build_jar() {
     $(find build/gen -name '*.java') >/dev/null
   javac --release 11 -encoding UTF-8 -Xlint:all,-processing -Werror -cp "$CP:build/classes" -d build/classes \
     $(find src/main/java -name '*.java')
+  mkdir -p build/classes/META-INF
+  cp ../../LICENSE build/classes/META-INF/LICENSE
   jar --create --file build/lockd-client.jar -C build/classes .
+  native_lib
   echo "wrote clients/java/build/lockd-client.jar"
 }
 
@@ -50,10 +73,11 @@ run_tests() {
   rm -rf build/test-classes
   mkdir -p build/test-classes
   local tcp
-  tcp="$CP:build/lockd-client.jar:$(classpath "${TEST[@]}")"
+  tcp="$CP:build/lockd-client.jar:$(classpath "${TEST[@]}"):$(classpath --in /usr/share/maven/lib "${MAVEN_MODEL[@]}")"
   javac --release 17 -encoding UTF-8 -Xlint:all,-processing -Werror -cp "$tcp" -d build/test-classes \
     $(find src/test/java -name '*.java')
-  java -Dlockd.test.classpath="$tcp:build/test-classes" -jar "$JARS/junit-platform-console-standalone.jar" \
+  java -Djava.library.path="$PWD/build/native" -Dlockd.test.classpath="$tcp:build/test-classes" \
+    -Dlockd.client.classpath="$CP:$PWD/build/lockd-client.jar" -jar "$JARS/junit-platform-console-standalone.jar" \
     --class-path "$tcp:build/test-classes" \
     ${JUNIT_SELECT:---select-package io.lockd.client} \
     --disable-banner --disable-ansi-colors --details=tree --fail-if-no-tests \

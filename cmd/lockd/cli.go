@@ -17,7 +17,7 @@ import (
 )
 
 // clientCommand runs the client subcommand args name (lock, token,
-// inspect), and
+// inspect, take), and
 // reports false when they name none: lockd then serves ("serve" is
 // dropped from args).
 func clientCommand(args []string) (code int, ok bool, serveArgs []string) {
@@ -29,6 +29,8 @@ func clientCommand(args []string) (code int, ok bool, serveArgs []string) {
 			return runToken(args[1:], os.Getenv, os.Stdout, os.Stderr), true, nil
 		case "inspect":
 			return runInspect(args[1:], os.Getenv, os.Stdout, os.Stderr), true, nil
+		case "take":
+			return runTake(args[1:], os.Getenv, os.Stderr), true, nil
 		case "serve":
 			return 0, false, args[1:]
 		}

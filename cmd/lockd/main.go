@@ -97,13 +97,16 @@ func parseFlags(args []string, getenv func(string) string, stderr io.Writer) (se
 	fs.IntVar(&cfg.Limits.MaxWaiters, "max-waiters", 10000, "calls waiting for a lock, a permit or an election at once on this replica; 0 = no limit")
 	fs.IntVar(&cfg.Limits.MaxKeepAlives, "max-keepalives", 20000, "KeepAlive, Hold, Campaign and Observe streams open at once on this replica; 0 = no limit")
 	fs.IntVar(&cfg.Limits.MaxWatches, "max-token-watches", 2000, "WatchAccessToken streams open at once on this replica; 0 = no limit")
+	fs.IntVar(&cfg.Limits.FairShareLeases, "fair-share-leases", 10000, "leases a client without limits.leases may hold at once through this replica, when two or more clients are configured; 0 = no limit")
 	fs.DurationVar(&cfg.ShutdownTimeout, "shutdown-timeout", 10e9, "how long in-flight calls may drain on SIGTERM")
 	fs.DurationVar(&cfg.TokenIdleAfter, "token-idle-after", 3*time.Hour, "stop renewing an app's token (and tickets) ahead when nobody asked for it this long")
 	t := &cfg.Transport
 	fs.DurationVar(&t.KeepAliveTime, "keepalive-time", t.KeepAliveTime, "ping a connection idle this long, to notice clients that vanished")
 	fs.DurationVar(&t.KeepAliveTimeout, "keepalive-timeout", t.KeepAliveTimeout, "drop a connection whose ping goes unanswered this long; its calls end as if closed")
 	fs.DurationVar(&t.KeepAliveMinTime, "keepalive-min-time", t.KeepAliveMinTime, "shortest ping interval a client may use; clients pinging more often are disconnected")
-	fs.IntVar(&t.MaxConnections, "max-connections", t.MaxConnections, "connections open at once on each listener (gRPC, gateway, HTTP port); more wait to be accepted (0 = no limit)")
+	fs.IntVar(&t.MaxConnections, "max-connections", t.MaxConnections, "admitted connections (a call let in on them: with auth, one with a known token) open at once on each listener (gRPC, gateway, HTTP port); calls that would admit more are refused (0 = no limit)")
+	fs.IntVar(&t.MaxPendingConnections, "max-pending-connections", t.MaxPendingConnections, "connections not admitted yet, on each listener; when all are taken, the source address with the most loses its oldest (0 = no limit)")
+	fs.DurationVar(&t.PendingTimeout, "pending-timeout", t.PendingTimeout, "close a connection not admitted within this long (0 = never)")
 	var streams uint
 	fs.UintVar(&streams, "max-concurrent-streams", uint(t.MaxConcurrentStreams), "calls open at once on one connection; more are refused")
 	var headerBytes uint
@@ -113,7 +116,9 @@ func parseFlags(args []string, getenv func(string) string, stderr io.Writer) (se
 	fs.DurationVar(&t.MaxConnectionAge, "max-connection-age", t.MaxConnectionAge, "ask clients to reconnect after this long, to spread load over replicas (0 = never)")
 	fs.DurationVar(&t.MaxConnectionAgeGrace, "max-connection-age-grace", t.MaxConnectionAgeGrace, "how long calls may go on after --max-connection-age (0 = until they end)")
 	fs.StringVar(&cfg.AuditLog, "audit-log", "", "write the audit log (who took and released which key) to this file, or - for stderr; empty = off")
-	fs.TextVar(&cfg.AuditLevel, "audit-level", slog.LevelInfo, "audit log level: INFO (takes and releases) or WARN (force-releases only)")
+	fs.TextVar(&cfg.AuditLevel, "audit-level", slog.LevelInfo, "audit log level: INFO (takes and releases) or WARN (force-releases and revocations only)")
+	fs.IntVar(&cfg.AuditFiles.MaxSizeMiB, "audit-log-max-size", 100, "rotate the --audit-log file when it reaches this many MiB")
+	fs.IntVar(&cfg.AuditFiles.MaxBackups, "audit-log-max-files", 5, "rotated --audit-log files to keep (older ones are removed)")
 	fs.TextVar(&level, "log-level", slog.LevelInfo, "log level: DEBUG, INFO, WARN or ERROR")
 
 	// The environment sets defaults; the command line overrides them.

@@ -61,7 +61,9 @@ const Header = "X-Lockd-Ui"
 // pageSize is how many keys one refresh of the page lists at most per call.
 const pageSize = 200
 
-// maxPages bounds the ListLocks calls of one refresh.
+// maxPages bounds the ListLocks calls of one refresh: one screen of the
+// page shows up to pageSize × maxPages keys, and the page moves between
+// screens.
 const maxPages = 10
 
 // Handler returns the handler of /ui and /ui/.
@@ -159,19 +161,15 @@ func outgoing(r *http.Request) *http.Request {
 	return r.WithContext(ctx)
 }
 
-// locks answers the keys under ?prefix=, following ListLocks's pages up
-// to maxPages; "truncated" tells the page there were more.
+// locks answers one screen of the keys under ?prefix=: up to maxPages of
+// ListLocks's pages from ?page_token= (the start when empty), and "next",
+// the page token of the following screen ("" when there is none).
 func (a *api) locks(w http.ResponseWriter, r *http.Request) {
 	r = outgoing(r)
 	prefix := r.URL.Query().Get("prefix")
-	var all []json.RawMessage
-	token := ""
-	truncated := false
-	for page := 0; ; page++ {
-		if page == maxPages {
-			truncated = true
-			break
-		}
+	token := r.URL.Query().Get("page_token")
+	all := []json.RawMessage{}
+	for range maxPages {
 		res, err := a.opts.Admin.ListLocks(r.Context(), &lockdv1.ListLocksRequest{Prefix: prefix, PageSize: pageSize, PageToken: token})
 		if err != nil {
 			writeStatus(w, err)
@@ -184,10 +182,7 @@ func (a *api) locks(w http.ResponseWriter, r *http.Request) {
 			break
 		}
 	}
-	if all == nil {
-		all = []json.RawMessage{}
-	}
-	writeJSON(w, map[string]any{"locks": all, "truncated": truncated})
+	writeJSON(w, map[string]any{"locks": all, "next": token})
 }
 
 func (a *api) apps(w http.ResponseWriter, r *http.Request) {

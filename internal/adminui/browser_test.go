@@ -196,6 +196,11 @@ func TestAdminPageInChromium(t *testing.T) {
 	if _, err := lockdv1.NewTokenServiceClient(l.conn).GetAccessToken(orders, &lockdv1.GetAccessTokenRequest{App: "mp"}); err != nil {
 		t.Fatal(err)
 	}
+	// An owner ending in a right-to-left override: shown as it is, the
+	// override would run on into the client's name ("(sredro)").
+	if res, err := lc.Acquire(orders, &lockdv1.AcquireRequest{Key: "orders/bidi", Owner: "evil\u202e", Ttl: durationpb.New(time.Minute)}); err != nil || !res.GetAcquired() {
+		t.Fatal(res, err)
+	}
 
 	b := chromium(t)
 	step := func(what string, actions ...chromedp.Action[chromedp.Void]) {
@@ -216,6 +221,8 @@ func TestAdminPageInChromium(t *testing.T) {
 	step("the election", chromedp.WaitVisible(chromedp.Search(`//table[@id="elections"]//tr[td[.="orders/scheduler"] and td[.="node-a (orders)"] and td[.="10.0.0.7:8080"]]`)))
 	step("the semaphore", chromedp.WaitVisible(chromedp.Search(`//table[@id="semaphores"]//tr[td[.="orders/wechat-api"] and td[.="2 / 5"]]`)))
 	step("the app", chromedp.WaitVisible(chromedp.Search(`//table[@id="apps"]//tr[td[.="mp"] and td[4][.="1"]]`)))
+	step("a right-to-left override shown, and isolated", chromedp.WaitVisible(chromedp.Search(
+		"//table[@id=\"locks\"]//tr[td[.=\"orders/bidi\"]]/td[2][.=\"evil\u27e8U+202E\u27e9 (orders)\"]/bdi[1]")))
 	if path := os.Getenv("LOCKD_UI_SCREENSHOT"); path != "" {
 		png, err := chromedp.Run(b, chromedp.FullScreenshot(100))
 		if err != nil {

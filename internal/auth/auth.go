@@ -26,8 +26,10 @@ import (
 	"github.com/grpc-ecosystem/go-grpc-middleware/v2/interceptors/selector"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/credentials"
 	healthpb "google.golang.org/grpc/health/grpc_health_v1"
 	"google.golang.org/grpc/metadata"
+	"google.golang.org/grpc/peer"
 	"google.golang.org/grpc/status"
 	"google.golang.org/grpc/tap"
 
@@ -37,12 +39,22 @@ import (
 
 // Limits bound what one client may hold on one replica at once, so that one
 // team cannot exhaust a replica for the others. Zero means no bound of the
-// client's own (the replica-wide limits still apply).
+// client's own: the replica-wide limits apply, and, when the Identity
+// says FairShare, the client's fair share of them.
 type Limits struct {
 	// Waiters bounds the client's lock calls waiting for a busy key.
 	Waiters int
-	// KeepAlives bounds the client's open KeepAlive streams.
+	// KeepAlives bounds the client's open KeepAlive, Hold, Campaign and
+	// Observe streams.
 	KeepAlives int
+	// Watches bounds the client's open WatchAccessToken streams.
+	Watches int
+	// Leases bounds the leases the client holds at once that were granted
+	// through this replica by unary calls.
+	Leases int
+	// Connections bounds the client's connections open at once on each
+	// listener.
+	Connections int
 	// RefreshesPerHour bounds the client's RefreshAccessToken calls that
 	// may lead to a mint, per app and hour.
 	RefreshesPerHour int
@@ -57,6 +69,10 @@ type Identity struct {
 	Limits Limits
 	// Admin allows the administrative calls.
 	Admin bool
+	// FairShare is set when two or more clients are configured: a limit
+	// the client has not set (zero in Limits) is then its fair share of
+	// the replica-wide pool, not the whole pool.
+	FairShare bool
 }
 
 // Client is one caller lockd lets in.
@@ -73,6 +89,9 @@ type Client struct {
 	Limits Limits
 	// Admin allows the administrative calls.
 	Admin bool
+	// TLSSubject, when set, is the subject distinguished name (RFC 2253)
+	// the verified certificate of the client's connection must have.
+	TLSSubject string
 }
 
 // ErrNoClients is returned by New for an empty client list: auth that lets
@@ -91,6 +110,9 @@ const (
 	// ReasonRevoked: a call under way that a reload of the client list
 	// ended (see Replace).
 	ReasonRevoked = "revoked"
+	// ReasonTLSSubject: a client's token over a connection without the
+	// client certificate its tls_subject requires.
+	ReasonTLSSubject = "tls_subject"
 )
 
 // Option tunes an Authenticator.
@@ -103,6 +125,30 @@ func OnRefused(f func(reason string)) Option {
 	return func(a *Authenticator) { a.refused = f }
 }
 
+// CertSubject tells the call's certificate subject (see WithCertSubject).
+type CertSubject func(ctx context.Context) (subject string, ok bool)
+
+// WithCertSubject sets how the subject of a call's verified client
+// certificate is found, for clients with a TLSSubject; by default it is
+// the peer's, when the call came over mutual TLS (PeerCertSubject).
+func WithCertSubject(f CertSubject) Option {
+	return func(a *Authenticator) { a.subject = f }
+}
+
+// PeerCertSubject returns the subject (RFC 2253) of the verified client
+// certificate of the call's connection; false without one.
+func PeerCertSubject(ctx context.Context) (string, bool) {
+	p, ok := peer.FromContext(ctx)
+	if !ok {
+		return "", false
+	}
+	info, ok := p.AuthInfo.(credentials.TLSInfo)
+	if !ok || len(info.State.VerifiedChains) == 0 || len(info.State.VerifiedChains[0]) == 0 {
+		return "", false
+	}
+	return info.State.VerifiedChains[0][0].Subject.String(), true
+}
+
 // Authenticator checks bearer tokens and ACLs. A nil or open Authenticator
 // lets every call in.
 type Authenticator struct {
@@ -111,6 +157,7 @@ type Authenticator struct {
 	// under way then check they are still allowed (see follow).
 	epoch   atomic.Pointer[epoch]
 	refused func(reason string)
+	subject CertSubject
 }
 
 type clientSet struct {
@@ -118,11 +165,12 @@ type clientSet struct {
 }
 
 type client struct {
-	id    Identity
-	hash  [sha256.Size]byte
-	locks []string
-	apps  map[string]bool
-	set   *clientSet // the list it came with
+	id         Identity
+	hash       [sha256.Size]byte
+	locks      []string
+	apps       map[string]bool
+	tlsSubject string
+	set        *clientSet // the list it came with
 }
 
 // New returns an Authenticator for clients. Every client needs a name and a
@@ -141,7 +189,7 @@ func New(clients []Client, opts ...Option) (*Authenticator, error) {
 // Open returns an Authenticator that lets every call in until Replace
 // gives it clients.
 func Open(opts ...Option) *Authenticator {
-	a := &Authenticator{refused: func(string) {}}
+	a := &Authenticator{refused: func(string) {}, subject: PeerCertSubject}
 	a.epoch.Store(newEpoch())
 	for _, o := range opts {
 		o(a)
@@ -187,11 +235,12 @@ func (a *Authenticator) Replace(clients []Client) error {
 			apps[app] = true
 		}
 		set.clients = append(set.clients, client{
-			id:    Identity{Name: c.Name, Limits: c.Limits, Admin: c.Admin},
-			hash:  h,
-			locks: append([]string(nil), c.Locks...),
-			apps:  apps,
-			set:   set,
+			id:         Identity{Name: c.Name, Limits: c.Limits, Admin: c.Admin, FairShare: len(clients) >= 2},
+			hash:       h,
+			locks:      append([]string(nil), c.Locks...),
+			apps:       apps,
+			tlsSubject: c.TLSSubject,
+			set:        set,
 		})
 	}
 	a.clients.Store(set)
@@ -255,7 +304,28 @@ func (a *Authenticator) authenticate(ctx context.Context) (context.Context, erro
 		a.refused(ReasonUnknown)
 		return nil, status.Error(codes.Unauthenticated, "unknown bearer token")
 	}
+	if found.tlsSubject != "" {
+		if subject, ok := a.subject(ctx); !ok || subject != found.tlsSubject {
+			a.refused(ReasonTLSSubject)
+			return nil, status.Errorf(codes.Unauthenticated, "client %q must connect with the client certificate its tls_subject names", found.id.Name)
+		}
+	}
 	return context.WithValue(ctx, clientKey{}, found), nil
+}
+
+// MayLock reports whether the client named name is in the list in force
+// and may lock key; true for every key while authentication is off.
+func (a *Authenticator) MayLock(name, key string) bool {
+	set := a.clients.Load()
+	if set == nil {
+		return true
+	}
+	for i := range set.clients {
+		if set.clients[i].id.Name == name {
+			return set.clients[i].mayLock(key)
+		}
+	}
+	return false
 }
 
 // bearerToken reads the token of the call's "authorization: Bearer
@@ -294,18 +364,39 @@ func (set *clientSet) find(token string) *client {
 // authenticated when they reach lockd: Identify only tells callers apart,
 // as the HTTP/JSON gateway does to give each client calls of its own.
 func (a *Authenticator) Identify(authorization string) (string, bool) {
+	id, ok := a.IdentityOf(authorization)
+	return id.Name, ok
+}
+
+// IdentityOf is Identify with the client's whole identity.
+func (a *Authenticator) IdentityOf(authorization string) (Identity, bool) {
 	set := a.clients.Load()
 	if set == nil {
-		return "", false
+		return Identity{}, false
 	}
 	scheme, token, ok := strings.Cut(authorization, " ")
 	if !ok || !strings.EqualFold(scheme, "bearer") {
-		return "", false
+		return Identity{}, false
 	}
 	if c := set.find(token); c != nil {
-		return c.id.Name, true
+		return c.id, true
 	}
-	return "", false
+	return Identity{}, false
+}
+
+// Client returns the identity of the client named name in the list in
+// force; false when there is none.
+func (a *Authenticator) Client(name string) (Identity, bool) {
+	set := a.clients.Load()
+	if set == nil {
+		return Identity{}, false
+	}
+	for i := range set.clients {
+		if set.clients[i].id.Name == name {
+			return set.clients[i].id, true
+		}
+	}
+	return Identity{}, false
 }
 
 // MaxAppBytes bounds an app name in a request.

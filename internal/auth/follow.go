@@ -124,6 +124,11 @@ func (c *call) allowedBy(set *clientSet) error {
 	if now == nil {
 		return status.Errorf(codes.Unauthenticated, "the bearer token of client %q was revoked by a configuration reload", c.client.id.Name)
 	}
+	if now.tlsSubject != "" && now.tlsSubject != c.client.tlsSubject {
+		if subject, ok := c.a.subject(c.ctx); !ok || subject != now.tlsSubject {
+			return status.Errorf(codes.Unauthenticated, "client %q must now connect with the client certificate its tls_subject names", now.id.Name)
+		}
+	}
 	c.mu.Lock()
 	req := c.req
 	c.mu.Unlock()

@@ -40,7 +40,8 @@ func TestTapHandleAuthenticatesAndCarriesTheIdentity(t *testing.T) {
 		t.Fatal(err)
 	}
 	id, ok := auth.FromContext(ctx)
-	if want := (auth.Identity{Name: "orders", Limits: auth.Limits{Waiters: 3, KeepAlives: 2, RefreshesPerHour: 5}}); !ok || id != want {
+	// Two clients: what orders did not limit itself is its fair share.
+	if want := (auth.Identity{Name: "orders", Limits: auth.Limits{Waiters: 3, KeepAlives: 2, RefreshesPerHour: 5}, FairShare: true}); !ok || id != want {
 		t.Fatalf("identity %+v %v, want %+v", id, ok, want)
 	}
 	ctx, _ = tapped(a, "/lockd.v1.LockService/Acquire", "Bearer ops-secret-token")

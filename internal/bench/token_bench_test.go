@@ -35,9 +35,12 @@ const (
 	// hash benchTokenKey, its lock benchLockKey under benchLockPrefix (see
 	// package token).
 	benchNamespace  = "lockd"
-	benchTokenKey   = benchNamespace + ":token:{wechat:classic:" + benchAppID + "}"
 	benchLockPrefix = benchNamespace + ":token:lock"
-	benchLockKey    = "wechat:classic:" + benchAppID
+)
+
+var (
+	benchLockKey  = token.Identity(wechat.Config{Provider: wechat.ProviderWeChat, AppID: benchAppID, Secret: benchSecret})
+	benchTokenKey = benchNamespace + ":token:{" + benchLockKey + "}"
 )
 
 // tokenStack is one Redis, a fake upstream, and replicas TokenService

@@ -15,7 +15,8 @@ func TestParseReadsClientLimitsAndAdmin(t *testing.T) {
     - name: orders
       token_env: ORDERS_TOKEN
       locks: ["orders/"]
-      limits: {waiters: 100, keepalives: 50, refreshes_per_hour: 6}
+      limits: {waiters: 100, keepalives: 50, watches: 7, leases: 900, connections: 20, refreshes_per_hour: 6}
+      tls_subject: "CN=orders,O=Example"
     - name: ops
       token_file: /run/secrets/billing
       locks: [""]
@@ -26,10 +27,10 @@ func TestParseReadsClientLimitsAndAdmin(t *testing.T) {
 		t.Fatal(err)
 	}
 	orders, ops := c.Auth.Clients[0], c.Auth.Clients[1]
-	if want := (config.Limits{Waiters: 100, KeepAlives: 50, RefreshesPerHour: 6}); orders.Limits != want || orders.Admin {
+	if want := (config.Limits{Waiters: 100, KeepAlives: 50, Watches: 7, Leases: 900, Connections: 20, RefreshesPerHour: 6}); orders.Limits != want || orders.Admin || orders.TLSSubject != "CN=orders,O=Example" {
 		t.Fatalf("orders: limits %+v admin %v", orders.Limits, orders.Admin)
 	}
-	if ops.Limits != (config.Limits{}) || !ops.Admin {
+	if ops.Limits != (config.Limits{}) || !ops.Admin || ops.TLSSubject != "" {
 		t.Fatalf("ops: limits %+v admin %v", ops.Limits, ops.Admin)
 	}
 	if len(c.Warnings) != 0 {
@@ -47,6 +48,8 @@ func TestParseRefusesBadLimits(t *testing.T) {
 		{"a limit that is not a number", client("limits: {keepalives: many}"), "keepalives: must be a whole number"},
 		{"an unknown limit", client("limits: {streams: 3}"), `limits: unknown field "streams"`},
 		{"limits that are not a mapping", client("limits: 3"), "limits: must be a mapping"},
+		{"a negative leases limit", client("limits: {leases: -5}"), "leases: must be a whole number"},
+		{"an empty tls_subject", client(`tls_subject: ""`), "tls_subject: must not be empty"},
 		{"admin that is not a boolean", client("admin: yes please"), "admin: must be true or false"},
 	} {
 		_, err := config.Parse([]byte(tt.file), sources())

@@ -9,18 +9,27 @@
 //
 //	apps:
 //	  - name: mp               # what clients pass as `app`
-//	    provider: wechat       # wechat | wecom
-//	    appid: wx1234          # wecom: the corpid
+//	    provider: wechat       # wechat | wecom | feishu | dingtalk | oauth2
+//	    appid: wx1234          # wecom: the corpid; feishu: app_id; dingtalk: appKey
 //	    secret_env: MP_SECRET  # or secret_file: /run/secrets/mp
-//	    token_api: classic     # classic | stable (wechat only)
+//	    token_api: classic     # wechat: classic | stable; feishu: tenant | app; dingtalk: v1 | legacy
 //	    api_base: https://api.weixin.qq.com
+//	  - name: reports
+//	    provider: oauth2
+//	    token_url: https://auth.example.com/oauth2/token
+//	    client_id: reports     # or appid
+//	    secret_env: REPORTS_SECRET
+//	    scope: "reports.read"  # optional
+//	    audience: https://api.example.com  # optional
+//	    auth_style: basic      # basic | body
 //	auth:                      # absent = no authentication
 //	  clients:
 //	    - name: orders
 //	      token_env: ORDERS_TOKEN   # or token_file
 //	      locks: ["orders/"]        # key prefixes it may lock; [""] = all
 //	      apps: ["mp"]              # apps whose tokens it may read
-//	      limits: {waiters: 200, keepalives: 1000, refreshes_per_hour: 10}
+//	      limits: {waiters: 200, keepalives: 1000, watches: 100, leases: 5000, connections: 100, refreshes_per_hour: 10}
+//	      tls_subject: "CN=orders,O=Example" # optional: the client certificate it must present
 //	      admin: false              # true allows the admin calls
 //
 // Parse also reports, in Config.Warnings, what is valid but likely a
@@ -37,7 +46,7 @@ import (
 	"os"
 	"path/filepath"
 
-	"github.com/lockd/lockd/internal/wechat"
+	"github.com/lockd/lockd/internal/upstream"
 )
 
 // ErrInvalid is wrapped by every error Parse and Load return for a file
@@ -78,9 +87,11 @@ type App struct {
 	// Name is what clients pass as `app`: 1 to MaxNameBytes letters,
 	// digits, '.', '_' or '-', starting with a letter or digit.
 	Name string
-	// Provider is wechat.ProviderWeChat or wechat.ProviderWeCom.
+	// Provider is one of upstream.Providers: wechat, wecom, feishu,
+	// dingtalk or oauth2.
 	Provider string
-	// AppID is the appid (wechat) or corpid (wecom).
+	// AppID is the appid (wechat), corpid (wecom), app_id (feishu), appKey
+	// (dingtalk) or client_id (oauth2, which may spell the key client_id).
 	AppID string
 	// SecretEnv names the environment variable holding the secret, when
 	// the secret comes from the environment.
@@ -88,27 +99,48 @@ type App struct {
 	// SecretFile is the file holding the secret, when it comes from a
 	// file; a relative path is relative to the configuration file.
 	SecretFile string
-	// TokenAPI is wechat.TokenAPIClassic (default) or wechat.TokenAPIStable
-	// for provider wechat; empty for wecom.
+	// TokenAPI picks among the provider's token APIs: classic (default) or
+	// stable for wechat, tenant (default) or app for feishu, v1 (default)
+	// or legacy for dingtalk; empty for the others.
 	TokenAPI string
-	// APIBase overrides the upstream's scheme and host (tests, proxies);
-	// empty means the provider's public host.
+	// APIBase overrides the upstream's scheme and host (tests, proxies,
+	// Lark); empty means the provider's public host. Not for oauth2.
 	APIBase string
-	// Secret is the AppSecret or corpsecret read from SecretEnv or
-	// SecretFile, without a trailing newline.
+	// TokenURL is the OAuth2 token endpoint (oauth2 only, required).
+	TokenURL string
+	// Scope is the OAuth2 scope to ask for, space-separated (optional).
+	Scope string
+	// Audience is the OAuth2 audience parameter (optional).
+	Audience string
+	// AuthStyle is how an OAuth2 client sends its credentials: basic
+	// (default, an HTTP Basic header) or body.
+	AuthStyle string
+	// Secret is the app's secret (AppSecret, corpsecret, app_secret,
+	// appSecret or client_secret) read from SecretEnv or SecretFile,
+	// without a trailing newline.
 	Secret Secret
 }
 
-// WeChat returns the upstream configuration of a.
-func (a App) WeChat() wechat.Config {
-	return wechat.Config{
-		Provider: a.Provider,
-		TokenAPI: a.TokenAPI,
-		APIBase:  a.APIBase,
-		AppID:    a.AppID,
-		Secret:   string(a.Secret),
+// Upstream returns the upstream configuration of a.
+func (a App) Upstream() upstream.Config {
+	return upstream.Config{
+		Provider:  a.Provider,
+		TokenAPI:  a.TokenAPI,
+		APIBase:   a.APIBase,
+		TokenURL:  a.TokenURL,
+		AppID:     a.AppID,
+		Secret:    string(a.Secret),
+		Scope:     a.Scope,
+		Audience:  a.Audience,
+		AuthStyle: a.AuthStyle,
 	}
 }
+
+// WeChat is Upstream, under the name it had when lockd served WeChat
+// alone.
+//
+// Deprecated: use Upstream.
+func (a App) WeChat() upstream.Config { return a.Upstream() }
 
 // LogValue lets log/slog print a without its secret.
 func (a App) LogValue() slog.Value {
@@ -118,6 +150,7 @@ func (a App) LogValue() slog.Value {
 		slog.String("appid", a.AppID),
 		slog.String("token_api", a.TokenAPI),
 		slog.String("api_base", SafeURL(a.APIBase)),
+		slog.String("token_url", SafeURL(a.TokenURL)),
 	)
 }
 
@@ -146,18 +179,36 @@ type Client struct {
 	Limits Limits
 	// Admin allows the client the administrative calls.
 	Admin bool
+	// TLSSubject, when set, is the subject distinguished name (RFC 2253,
+	// as `openssl x509 -noout -subject -nameopt RFC2253` prints it) that
+	// the verified client certificate of the client's connections must
+	// have: its token alone then lets nobody in.
+	TLSSubject string
 	// Token is the bearer token read from TokenEnv or TokenFile, at least
 	// MinClientTokenBytes of printable ASCII without spaces. Clients send
 	// it as "authorization: Bearer <token>".
 	Token Secret
 }
 
-// Limits are a client's own limits (limits: in its auth.clients entry).
+// Limits are a client's own limits (limits: in its auth.clients entry),
+// each on one replica. A zero field is not a limit of the client's own:
+// the client is bound by the replica-wide limit, or, with two or more
+// clients configured, by its fair share of it (see docs/multi-team.md).
 type Limits struct {
 	// Waiters bounds its lock calls waiting for a busy key at once.
 	Waiters int
-	// KeepAlives bounds its open KeepAlive streams.
+	// KeepAlives bounds its open KeepAlive, Hold, Campaign and Observe
+	// streams.
 	KeepAlives int
+	// Watches bounds its open WatchAccessToken streams.
+	Watches int
+	// Leases bounds the leases it holds at once that were granted through
+	// the replica by unary calls (Acquire, RLock, WLock, a semaphore's
+	// Acquire).
+	Leases int
+	// Connections bounds its connections open at once on each listener
+	// (gRPC, the HTTP/JSON gateway).
+	Connections int
 	// RefreshesPerHour bounds its RefreshAccessToken calls that may lead
 	// to a mint, per app and hour.
 	RefreshesPerHour int
@@ -170,6 +221,7 @@ func (c Client) LogValue() slog.Value {
 		slog.Any("locks", c.Locks),
 		slog.Any("apps", c.Apps),
 		slog.Bool("admin", c.Admin),
+		slog.String("tls_subject", c.TLSSubject),
 	)
 }
 

@@ -12,6 +12,7 @@ import (
 	"testing"
 
 	"github.com/lockd/lockd/internal/config"
+	"github.com/lockd/lockd/internal/upstream"
 	"github.com/lockd/lockd/internal/wechat"
 )
 
@@ -123,6 +124,37 @@ func TestParseAcceptsAppsOfDistinctAccountsOnOneID(t *testing.T) {
 	}
 }
 
+func TestParseReadsEveryProvider(t *testing.T) {
+	t.Parallel()
+	file := `apps:
+  - {name: lark, provider: feishu, appid: cli_a1, token_api: app, api_base: "https://open.larksuite.com", secret_env: MP_SECRET}
+  - {name: ding, provider: dingtalk, appid: dingkey1, secret_env: MP_SECRET}
+  - {name: ding-old, provider: dingtalk, appid: dingkey2, token_api: legacy, secret_env: MP_SECRET}
+  - name: reports
+    provider: oauth2
+    token_url: https://auth.example.com/oauth2/token
+    client_id: reports
+    secret_env: MP_SECRET
+    scope: "reports.read reports.export"
+    audience: https://api.example.com
+    auth_style: body
+  - {name: reports-admin, provider: oauth2, token_url: "https://auth.example.com/oauth2/token", appid: reports, secret_env: MP_SECRET, scope: admin}
+`
+	c, err := config.Parse([]byte(file), sources())
+	if err != nil || len(c.Apps) != 5 {
+		t.Fatalf("Parse = %v, %v; want the five apps (one OAuth2 client's tokens differ by scope)", c, err)
+	}
+	r, _ := c.App("reports")
+	want := upstream.Config{Provider: "oauth2", TokenURL: "https://auth.example.com/oauth2/token", AppID: "reports", Secret: mpSecret,
+		Scope: "reports.read reports.export", Audience: "https://api.example.com", AuthStyle: "body"}
+	if got := r.Upstream(); got != want {
+		t.Fatalf("Upstream = %v, want %v", got, want)
+	}
+	if l, _ := c.App("lark"); l.Upstream().TokenAPI != "app" || l.Upstream().APIBase != "https://open.larksuite.com" {
+		t.Fatalf("lark = %v", l.Upstream())
+	}
+}
+
 func TestParseWithoutAuthMeansNoAuthentication(t *testing.T) {
 	t.Parallel()
 	c, err := config.Parse([]byte("apps:\n  - {name: mp, provider: wechat, appid: wx1, secret_env: MP_SECRET}\n"), sources())
@@ -183,6 +215,32 @@ func TestParseRefusesBadFiles(t *testing.T) {
 			[]string{`apps[1] "hr2": appid: corpid ww1 with the same secret is also apps[0]`},
 		},
 		{"a missing provider is refused", app("name: mp, appid: wx1, secret_env: MP_SECRET"), []string{`apps[0] "mp": provider: missing`}},
+		{"an oauth2 client without token_url is refused", app("name: r, provider: oauth2, client_id: r, secret_env: MP_SECRET"),
+			[]string{`apps[0] "r": token_url: missing`}},
+		{"an oauth2 client without client_id is refused", app("name: r, provider: oauth2, token_url: 'https://a.example/t', secret_env: MP_SECRET"),
+			[]string{`apps[0] "r": appid: missing`}},
+		{"client_id and appid both are refused", app("name: r, provider: oauth2, token_url: 'https://a.example/t', client_id: r, appid: r, secret_env: MP_SECRET"),
+			[]string{`apps[0] "r": client_id and appid: give one, not both`}},
+		{"client_id for wechat is refused", app(mp + "client_id: x, secret_env: MP_SECRET"), []string{`apps[0] "mp": client_id: only for provider "oauth2"`}},
+		{"a token_url with a secret in it is refused without echoing it",
+			app("name: r, provider: oauth2, token_url: 'https://r:" + mpSecret + "@a.example/t', client_id: r, secret_env: MP_SECRET"),
+			[]string{`apps[0] "r": token_url`}},
+		{"an unknown auth_style is refused", app("name: r, provider: oauth2, token_url: 'https://a.example/t', client_id: r, auth_style: mtls, secret_env: MP_SECRET"),
+			[]string{`auth_style "mtls"`}},
+		{"a scope for feishu is refused", app("name: f, provider: feishu, appid: cli_1, scope: all, secret_env: MP_SECRET"), []string{`apps[0] "f": scope: only for provider "oauth2"`}},
+		{"api_base for oauth2 is refused", app("name: r, provider: oauth2, token_url: 'https://a.example/t', api_base: 'https://a.example', client_id: r, secret_env: MP_SECRET"),
+			[]string{`not for provider "oauth2": set token_url`}},
+		{"a dingtalk token_api of wechat's is refused", app("name: d, provider: dingtalk, appid: k, token_api: stable, secret_env: MP_SECRET"), []string{`token_api "stable"`}},
+		{
+			"one OAuth2 client at one server with one scope configured twice is refused",
+			"apps:\n  - {name: a, provider: oauth2, token_url: 'https://a.example/t', client_id: r, secret_env: MP_SECRET}\n  - {name: b, provider: oauth2, token_url: 'https://a.example/t', client_id: r, secret_env: MP_SECRET}\n",
+			[]string{`apps[1] "b": client_id: r with the same token_url, scope and audience is also apps[0]`},
+		},
+		{
+			"one Feishu app configured twice is refused",
+			"apps:\n  - {name: a, provider: feishu, appid: cli_1, secret_env: MP_SECRET}\n  - {name: b, provider: feishu, appid: cli_1, secret_env: MP_SECRET}\n",
+			[]string{`apps[1] "b": appid: cli_1 is also the feishu tenant appid of apps[0]`},
+		},
 		{"an unknown provider is refused", app("name: mp, provider: alipay, appid: wx1, secret_env: MP_SECRET"), []string{`apps[0] "mp": provider "alipay"`}},
 		{"an unknown token_api is refused", app(mp + "token_api: fast, secret_env: MP_SECRET"), []string{`token_api "fast"`}},
 		{"a token_api for wecom is refused", app("name: hr, provider: wecom, appid: ww1, token_api: stable, secret_env: MP_SECRET"), []string{`apps[0] "hr": token_api "stable"`}},
@@ -197,8 +255,8 @@ func TestParseRefusesBadFiles(t *testing.T) {
 		{"an unset secret_env is refused", app(mp + "secret_env: NOT_SET"), []string{`apps[0] "mp": secret_env: environment variable NOT_SET is not set`}},
 		{"an empty secret_env is refused", app(mp + "secret_env: EMPTY"), []string{"environment variable EMPTY is empty"}},
 		{"a secret with a space is refused by position", app(mp + "secret_env: SPACED_SECRET"), []string{"secret_env: the secret has a space or control character at byte 3"}},
-		{"a missing secret_file is refused", app(mp + "secret_file: /run/secrets/nope"), []string{`apps[0] "mp": secret_file: /run/secrets/nope cannot be read: file does not exist`}},
-		{"a relative secret_file is read beside the config", app(mp + "secret_file: nope"), []string{"/etc/lockd/nope cannot be read"}},
+		{"a missing secret_file is refused", app(mp + "secret_file: /run/secrets/nope"), []string{`apps[0] "mp": secret_file: the file named there cannot be read: file does not exist`}},
+		{"a relative secret_file is read beside the config", app(mp + "secret_file: nope"), []string{"secret_file: the file named there (relative to /etc/lockd) cannot be read"}},
 		{"an empty secret_file is refused", app(mp + "secret_file: /run/secrets/empty"), []string{"secret_file: /run/secrets/empty is empty"}},
 		{"every problem is reported", "apps:\n  - {name: a, provider: x, appid: wx1, secret_env: NOT_SET}\n  - {name: b, appid: wx2, secret_env: MP_SECRET}\n",
 			[]string{`apps[0] "a": secret_env: environment variable NOT_SET is not set`, `apps[0] "a": provider "x"`, `apps[1] "b": provider: missing`}},
@@ -209,7 +267,7 @@ func TestParseRefusesBadFiles(t *testing.T) {
 		{"duplicate client names are refused", withAuth("    - {name: o, token_env: ORDERS_TOKEN}\n    - {name: o, token_file: /run/secrets/billing}\n"), []string{`auth.clients[1] "o": name: also the name of auth.clients[0]`}},
 		{"a client without a token is refused", withAuth("    - {name: o}\n"), []string{`auth.clients[0] "o": token_env or token_file: missing`}},
 		{"an unset token_env is refused", withAuth("    - {name: o, token_env: NOT_SET}\n"), []string{"token_env: environment variable NOT_SET is not set"}},
-		{"a missing token_file is refused", withAuth("    - {name: o, token_file: /run/secrets/nope}\n"), []string{"token_file: /run/secrets/nope cannot be read"}},
+		{"a missing token_file is refused", withAuth("    - {name: o, token_file: /run/secrets/nope}\n"), []string{"token_file: the file named there cannot be read"}},
 		{"a short token is refused", withAuth("    - {name: o, token_env: SHORT_TOKEN}\n"), []string{"token_env: the token is 5 bytes, shorter than 16"}},
 		{"an inline token is refused", withAuth("    - {name: o, token: " + ordersToken + "}\n"), []string{"token: do not put the token in this file"}},
 		{"a shared token is refused", withAuth("    - {name: o, token_env: ORDERS_TOKEN}\n    - {name: p, token_env: ORDERS_TOKEN}\n"), []string{`auth.clients[1] "p": token: the same as client "o"'s`}},

@@ -18,6 +18,9 @@ func TestPastedSecretsAreNotEchoed(t *testing.T) {
 		hexSecret   = "0f3a9c2e7b8d4f61a5c3e9b7d2f40a18" // a WeChat AppSecret's shape
 		mixedSecret = "Zq7vT2pLk9XwR4sNm8Hc"
 		tokenLike   = "tok_live_4eC39HqLyjWDarjtT1zdp7dc"
+		// shortRuns looks like no random token: its runs of letters and
+		// digits are short. It is still a secret, pasted after a path.
+		shortRuns = "S3cr3t!pa55-w0rd.x9"
 	)
 	const mp = "name: mp, provider: wechat, appid: wx1, "
 	app := func(fields string) string { return "apps:\n  - {" + fields + "}\n" }
@@ -32,6 +35,8 @@ func TestPastedSecretsAreNotEchoed(t *testing.T) {
 		{"a mixed-case secret pasted as secret_env", app(mp + "secret_env: " + mixedSecret), mixedSecret, []string{`apps[0] "mp": secret_env:`}},
 		{"a secret with punctuation pasted as secret_env", app(mp + "secret_env: \"" + tokenLike + "+/=\""), tokenLike, []string{"secret_env: not an environment variable name"}},
 		{"a secret pasted as secret_file", app(mp + "secret_file: " + hexSecret), hexSecret, []string{`apps[0] "mp": secret_file:`}},
+		{"a secret pasted after a path as secret_file", app(mp + "secret_file: \"/etc/lockd/pasted-" + shortRuns + "\""), shortRuns, []string{`apps[0] "mp": secret_file:`, "cannot be read"}},
+		{"a token pasted after a path as token_file", withAuth("    - {name: o, token_file: \"/etc/lockd/pasted-" + shortRuns + "\"}\n"), shortRuns, []string{`auth.clients[0] "o": token_file:`, "cannot be read"}},
 		{"a token pasted as token_env", withAuth("    - {name: o, token_env: " + tokenLike + "}\n"), tokenLike, []string{`auth.clients[0] "o": token_env:`}},
 		{"a token pasted as token_file", withAuth("    - {name: o, token_file: " + mixedSecret + "}\n"), mixedSecret, []string{`auth.clients[0] "o": token_file:`}},
 		{"a secret in api_base's query", app(mp + "secret_env: MP_SECRET, api_base: \"https://proxy.example/?secret=" + hexSecret + "\""), hexSecret, []string{"api_base", "query and fragment are not allowed"}},

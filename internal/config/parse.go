@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"io"
 	"io/fs"
+	"path/filepath"
 	"strconv"
 	"strings"
 	"unicode"
@@ -13,7 +14,7 @@ import (
 
 	"go.yaml.in/yaml/v3"
 
-	"github.com/lockd/lockd/internal/wechat"
+	"github.com/lockd/lockd/internal/upstream"
 )
 
 // Parse reads a configuration file's contents and the secrets it refers to
@@ -190,7 +191,8 @@ func (p *parser) file(doc *yaml.Node) *Config {
 
 // appFields are the keys of an apps entry. "secret" is recognised only to
 // refuse it with advice.
-var appFields = []string{"name", "provider", "appid", "secret_env", "secret_file", "token_api", "api_base", "secret"}
+var appFields = []string{"name", "provider", "appid", "client_id", "secret_env", "secret_file", "token_api", "api_base",
+	"token_url", "scope", "audience", "auth_style", "secret"}
 
 func (p *parser) app(n *yaml.Node, i int, names, accounts map[string]int) (App, bool) {
 	where := fmt.Sprintf("apps[%d]", i)
@@ -206,10 +208,24 @@ func (p *parser) app(n *yaml.Node, i int, names, accounts map[string]int) (App, 
 	}
 	a.Provider = p.str(f, where, "provider")
 	a.AppID = p.str(f, where, "appid")
+	if id := p.str(f, where, "client_id"); id != "" {
+		switch {
+		case a.Provider != upstream.OAuth2:
+			p.addf(f["client_id"], where, "client_id: only for provider %q; set appid", upstream.OAuth2)
+		case a.AppID != "":
+			p.addf(f["client_id"], where, "client_id and appid: give one, not both")
+		default:
+			a.AppID = id
+		}
+	}
 	a.SecretEnv = p.str(f, where, "secret_env")
 	a.SecretFile = p.str(f, where, "secret_file")
 	a.TokenAPI = p.str(f, where, "token_api")
 	a.APIBase = p.str(f, where, "api_base")
+	a.TokenURL = p.str(f, where, "token_url")
+	a.Scope = p.str(f, where, "scope")
+	a.Audience = p.str(f, where, "audience")
+	a.AuthStyle = p.str(f, where, "auth_style")
 
 	p.name(n, f["name"], where, a.Name)
 	if first, dup := names[a.Name]; dup && a.Name != "" {
@@ -223,12 +239,12 @@ func (p *parser) app(n *yaml.Node, i int, names, accounts map[string]int) (App, 
 	}
 	secret, ok := p.secret(n, f, where, "secret", a.SecretEnv, a.SecretFile)
 	a.Secret = Secret(secret)
-	check := a.WeChat()
+	check := a.Upstream()
 	if !ok {
 		check.Secret = "placeholder" // reported already; check the other fields
 	}
 	if err := check.Validate(); err != nil {
-		msg := strings.TrimPrefix(err.Error(), wechat.ErrInvalidConfig.Error()+": ")
+		msg := strings.TrimPrefix(err.Error(), upstream.ErrInvalidConfig.Error()+": ")
 		field, _, _ := strings.Cut(msg, " ")
 		field = strings.TrimSuffix(field, ":")
 		if field == "secret" {
@@ -239,8 +255,15 @@ func (p *parser) app(n *yaml.Node, i int, names, accounts map[string]int) (App, 
 			}
 			msg = field + ": the secret " + strings.TrimPrefix(msg, "secret: ")
 		}
-		if field == "api_base" {
-			msg = shownURLProblem(msg, a.APIBase)
+		switch field {
+		case "api_base":
+			msg = shownURLProblem(field, msg, a.APIBase)
+		case "token_url":
+			msg = shownURLProblem(field, msg, a.TokenURL)
+		case "appid":
+			if f["appid"] == nil && f["client_id"] != nil {
+				field, msg = "client_id", "client_id"+strings.TrimPrefix(msg, "appid")
+			}
 		}
 		at := f[field]
 		if at == nil {
@@ -258,15 +281,17 @@ func (p *parser) app(n *yaml.Node, i int, names, accounts map[string]int) (App, 
 // on one appid invalidate each other's tokens (each mint ends the other's
 // token five minutes later), and any two share one token cache in Redis.
 // A classic and a stable app on one appid are apart: WeChat keeps their
-// tokens separate. WeCom apps of one corp differ by their secret.
+// tokens separate (so does Feishu for tenant and app tokens). WeCom apps
+// of one corp differ by their secret; OAuth2 apps of one client by their
+// token_url, scope and audience.
 func (p *parser) account(at *yaml.Node, where string, a App, i int, accounts map[string]int) {
-	api := a.TokenAPI
-	if a.Provider == wechat.ProviderWeChat && api == "" {
-		api = wechat.TokenAPIClassic
-	}
-	key := a.Provider + "\x00" + api + "\x00" + a.AppID
-	if a.Provider == wechat.ProviderWeCom {
-		key += "\x00" + string(a.Secret)
+	cfg := a.Upstream().WithDefaults()
+	key := cfg.Provider + "\x00" + cfg.TokenAPI + "\x00" + cfg.AppID
+	switch cfg.Provider {
+	case upstream.WeCom:
+		key += "\x00" + cfg.Secret
+	case upstream.OAuth2:
+		key += "\x00" + cfg.TokenURL + "\x00" + cfg.Scope + "\x00" + cfg.Audience
 	}
 	first, dup := accounts[key]
 	if !dup {
@@ -274,12 +299,16 @@ func (p *parser) account(at *yaml.Node, where string, a App, i int, accounts map
 		return
 	}
 	switch {
-	case api == wechat.TokenAPIClassic:
+	case cfg.Provider == upstream.WeChat && cfg.TokenAPI == upstream.TokenAPIClassic:
 		p.addf(at, where, "appid: %s is also the classic appid of apps[%d]: each app's mints would end the other's token; configure the account once", a.AppID, first)
-	case a.Provider == wechat.ProviderWeCom:
+	case cfg.Provider == upstream.WeCom:
 		p.addf(at, where, "appid: corpid %s with the same secret is also apps[%d]: configure the WeCom app once", a.AppID, first)
-	default:
+	case cfg.Provider == upstream.OAuth2:
+		p.addf(at, where, "client_id: %s with the same token_url, scope and audience is also apps[%d]: configure it once", a.AppID, first)
+	case cfg.Provider == upstream.WeChat:
 		p.addf(at, where, "appid: %s is also the stable appid of apps[%d]: configure the account once", a.AppID, first)
+	default:
+		p.addf(at, where, "appid: %s is also the %s %s appid of apps[%d]: configure the account once", a.AppID, cfg.Provider, cfg.TokenAPI, first)
 	}
 }
 
@@ -311,6 +340,15 @@ func validNameRune(r rune) bool {
 // problems with field names what+"_env" and what+"_file". It never puts the
 // secret in a problem, nor a variable name or path that looks like one
 // (see secretShaped): a user may have pasted the secret there.
+// relativeTo tells, for a relative path, the directory it is taken
+// relative to; "" for an absolute one.
+func relativeTo(path, dir string) string {
+	if filepath.IsAbs(path) || dir == "" {
+		return ""
+	}
+	return " (relative to " + dir + ")"
+}
+
 func (p *parser) secret(entry *yaml.Node, f map[string]*yaml.Node, where, what, env, file string) (string, bool) {
 	envField, fileField := what+"_env", what+"_file"
 	switch {
@@ -351,7 +389,10 @@ func (p *parser) secret(entry *yaml.Node, f map[string]*yaml.Node, where, what, 
 			if errors.Is(err, errTooLong) {
 				p.addf(f[fileField], where, "%s: %s is longer than %d bytes", fileField, shown, MaxSecretFileBytes)
 			} else {
-				p.addf(f[fileField], where, "%s: %s cannot be read: %v", fileField, shown, err)
+				// A file that cannot be read may be no file at all but a
+				// pasted secret, whatever its shape: its name is never
+				// shown, only where it is written.
+				p.addf(f[fileField], where, "%s: the file named there%s cannot be read: %v", fileField, relativeTo(file, p.src.Dir), err)
 			}
 			return "", false
 		}
@@ -371,10 +412,13 @@ func (p *parser) secret(entry *yaml.Node, f map[string]*yaml.Node, where, what, 
 
 // clientFields are the keys of an auth.clients entry; "token" is
 // recognised only to refuse it with advice.
-var clientFields = []string{"name", "token_env", "token_file", "locks", "apps", "limits", "admin", "token"}
+var clientFields = []string{"name", "token_env", "token_file", "locks", "apps", "limits", "admin", "tls_subject", "token"}
+
+// MaxTLSSubjectBytes bounds a client's tls_subject.
+const MaxTLSSubjectBytes = 1024
 
 // limitFields are the keys of a client's limits.
-var limitFields = []string{"waiters", "keepalives", "refreshes_per_hour"}
+var limitFields = []string{"waiters", "keepalives", "watches", "leases", "connections", "refreshes_per_hour"}
 
 func (p *parser) auth(n *yaml.Node, apps map[string]int) *Auth {
 	const empty = "auth: no clients; list them, or remove auth to turn authentication off"
@@ -452,6 +496,9 @@ func (p *parser) limits(n *yaml.Node, where string) Limits {
 	return Limits{
 		Waiters:          p.count(f, where, "waiters"),
 		KeepAlives:       p.count(f, where, "keepalives"),
+		Watches:          p.count(f, where, "watches"),
+		Leases:           p.count(f, where, "leases"),
+		Connections:      p.count(f, where, "connections"),
 		RefreshesPerHour: p.count(f, where, "refreshes_per_hour"),
 	}
 }
@@ -474,6 +521,17 @@ func (p *parser) client(n *yaml.Node, i int, names, apps map[string]int) (Client
 	c.Apps = p.strs(f, where, "apps")
 	c.Admin = p.boolean(f, where, "admin")
 	c.Limits = p.limits(f["limits"], where)
+	c.TLSSubject = p.str(f, where, "tls_subject")
+	if _, set := f["tls_subject"]; set {
+		switch {
+		case c.TLSSubject == "":
+			p.addf(f["tls_subject"], where, "tls_subject: must not be empty (leave it out to accept any certificate)")
+		case len(c.TLSSubject) > MaxTLSSubjectBytes:
+			p.addf(f["tls_subject"], where, "tls_subject: longer than %d bytes", MaxTLSSubjectBytes)
+		case !utf8.ValidString(c.TLSSubject) || strings.IndexFunc(c.TLSSubject, unicode.IsControl) >= 0:
+			p.addf(f["tls_subject"], where, "tls_subject: must be valid UTF-8 without control characters")
+		}
+	}
 
 	p.name(n, f["name"], where, c.Name)
 	if first, dup := names[c.Name]; dup && c.Name != "" {

@@ -66,15 +66,15 @@ func SafeURL(raw string) string {
 	return u.String()
 }
 
-// shownURLProblem rewrites a problem with api_base that quotes the URL so
-// that it quotes SafeURL instead.
-func shownURLProblem(msg, raw string) string {
-	rule := strings.TrimPrefix(msg, "api_base: ")
-	if i := strings.Index(msg, `": `); strings.HasPrefix(msg, `api_base "`) && i >= 0 {
+// shownURLProblem rewrites a problem with a URL field (api_base,
+// token_url) that quotes the URL so that it quotes SafeURL instead.
+func shownURLProblem(field, msg, raw string) string {
+	rule := strings.TrimPrefix(msg, field+": ")
+	if i := strings.Index(msg, `": `); strings.HasPrefix(msg, field+` "`) && i >= 0 {
 		rule = msg[i+3:]
 	}
 	if shown := SafeURL(raw); shown != "" {
-		return "api_base " + strconv.Quote(shown) + ": " + rule
+		return field + " " + strconv.Quote(shown) + ": " + rule
 	}
-	return "api_base: " + rule
+	return field + ": " + rule
 }

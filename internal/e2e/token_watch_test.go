@@ -9,6 +9,8 @@ import (
 
 	lockdv1 "github.com/lockd/lockd/gen/lockd/v1"
 	"github.com/lockd/lockd/internal/redistest"
+	"github.com/lockd/lockd/internal/token"
+	"github.com/lockd/lockd/internal/wechat"
 	"github.com/lockd/lockd/internal/wechat/wechatfake"
 )
 
@@ -83,7 +85,7 @@ func TestSIGTERMLetsAMintUnderWayStore(t *testing.T) {
 	}
 	rdb := redis.NewClient(&redis.Options{Addr: srv.Addr()})
 	defer rdb.Close()
-	cached, err := rdb.HGet(ctx, "lockd:token:{wechat:classic:wx-classic}", "token").Result()
+	cached, err := rdb.HGet(ctx, "lockd:token:{"+token.Identity(wechat.Config{Provider: wechat.ProviderWeChat, AppID: "wx-classic", Secret: classicSecret})+"}", "token").Result()
 	if err != nil || !fake.Valid(cached) {
 		t.Fatalf("lockd exited without storing the token it was minting: %q, %v", cached, err)
 	}

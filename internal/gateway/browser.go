@@ -1,8 +1,10 @@
 package gateway
 
 import (
+	"errors"
 	"net"
 	"net/http"
+	"net/url"
 	"strings"
 
 	"github.com/grpc-ecosystem/grpc-gateway/v2/runtime"
@@ -21,7 +23,8 @@ import (
 //
 // So the gateway refuses every request a browser marks as cross-origin
 // (Sec-Fetch-Site, or an Origin other than the request's host: Go's
-// http.CrossOriginProtection), whatever its content type: lockd sends no
+// http.CrossOriginProtection for unsafe methods, the same rule for GET,
+// HEAD and OPTIONS), whatever its method and content type: lockd sends no
 // CORS headers, so no page of another origin has a use for it. And while
 // callers need no token and no TLS certificate names the host, it answers
 // only requests addressed to an IP address, to localhost, or to a name it
@@ -58,7 +61,7 @@ func newBrowserGuard(opts Options) *browserGuard {
 func (g *browserGuard) wrap(next http.Handler, mux *runtime.ServeMux) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		var refused error
-		if err := g.origins.Check(r); err != nil {
+		if err := g.crossOrigin(r); err != nil {
 			refused = status.Errorf(codes.PermissionDenied, "cross-origin browser requests are refused (%v): lockd's gateway is for programs, and a page of the gateway's own origin", err)
 		} else if g.open() && !g.allowedHost(r.Host) {
 			refused = status.Errorf(codes.PermissionDenied, "host %s is refused: without authentication the gateway answers only requests addressed to an IP address, localhost or a name in --gateway-hosts, so that no web page can reach it through DNS rebinding", safetext.Excerpt(r.Host))
@@ -72,6 +75,41 @@ func (g *browserGuard) wrap(next http.Handler, mux *runtime.ServeMux) http.Handl
 		_, m := runtime.MarshalerForRequest(mux, r)
 		runtime.HTTPError(r.Context(), mux, m, w, r, &runtime.HTTPStatusError{HTTPStatus: http.StatusForbidden, Err: refused})
 	})
+}
+
+// crossOrigin refuses a request a browser marks as coming from another
+// origin, whatever its method: reads too, so that no page of another
+// site can make a visitor's browser ask the gateway anything (an access
+// token, the state of a lock), even if it cannot read the answer. Unsafe
+// methods are checked as http.CrossOriginProtection does; safe ones by
+// the same rule: Sec-Fetch-Site other than same-origin or none (a link
+// followed, an address typed), or, from older browsers, an Origin other
+// than the request's host.
+func (g *browserGuard) crossOrigin(r *http.Request) error {
+	if err := g.origins.Check(r); err != nil {
+		return err
+	}
+	switch r.Method {
+	case http.MethodGet, http.MethodHead, http.MethodOptions:
+	default:
+		return nil // checked above
+	}
+	switch site := r.Header.Get("Sec-Fetch-Site"); site {
+	case "", "same-origin", "none":
+		if site != "" {
+			return nil
+		}
+	default:
+		return errors.New("Sec-Fetch-Site is " + site)
+	}
+	origin := r.Header.Get("Origin")
+	if origin == "" {
+		return nil
+	}
+	if u, err := url.Parse(origin); err == nil && u.Host == r.Host {
+		return nil
+	}
+	return errors.New("the Origin is not the gateway's")
 }
 
 // allowedHost reports whether a request addressed to hostport may be

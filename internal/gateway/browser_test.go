@@ -88,6 +88,27 @@ func TestCrossSiteBrowserRequestsAreRefused(t *testing.T) {
 		}
 	}
 
+	// Reads too: an image or script tag of another site GETs an access
+	// token or a lock's state, and its timing or errors tell something.
+	for _, tc := range []struct {
+		name   string
+		header map[string]string
+	}{
+		{"a cross-site GET (Fetch Metadata)", map[string]string{"Sec-Fetch-Site": "cross-site", "Sec-Fetch-Mode": "no-cors"}},
+		{"a GET from another port of this host", map[string]string{"Sec-Fetch-Site": "same-site"}},
+		{"an older browser's cross-origin GET: Origin only", map[string]string{"Origin": "https://evil.example"}},
+	} {
+		r := s.request(t, "GET", "/v1/apps/mp/access_token", tc.header, "")
+		if r.status != http.StatusForbidden {
+			t.Errorf("%s: HTTP %d, want 403: %s", tc.name, r.status, r.raw)
+		}
+	}
+	// A link followed or an address typed into the browser is no
+	// cross-origin request (Sec-Fetch-Site: none).
+	if r := s.request(t, "GET", "/v1/locks/csrf/victim:describe-none", map[string]string{"Sec-Fetch-Site": "none"}, ""); r.status == http.StatusForbidden {
+		t.Errorf("a GET the user asked for: HTTP 403: %s", r.raw)
+	}
+
 	// The key was never taken: curl takes it now, and a page of the
 	// gateway's own origin may call it too.
 	s.request(t, "POST", path, map[string]string{"Content-Type": "application/x-www-form-urlencoded"}, `{"owner":"curl"}`).ok(t, "curl's acquire")

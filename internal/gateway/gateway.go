@@ -30,6 +30,7 @@ import (
 	"google.golang.org/protobuf/encoding/protojson"
 
 	lockdv1 "github.com/lockd/lockd/gen/lockd/v1"
+	"github.com/lockd/lockd/internal/connguard"
 	lockdv1gw "github.com/lockd/lockd/internal/gw/lockd/v1"
 	"github.com/lockd/lockd/internal/httpbound"
 )
@@ -52,6 +53,9 @@ var services = map[string]func(context.Context, *runtime.ServeMux, grpc.ClientCo
 	},
 	lockdv1.AdminService_ServiceDesc.ServiceName: func(ctx context.Context, mux *runtime.ServeMux, cc grpc.ClientConnInterface) error {
 		return lockdv1gw.RegisterAdminServiceHandlerClient(ctx, mux, lockdv1.NewAdminServiceClient(cc))
+	},
+	lockdv1.RateLimitService_ServiceDesc.ServiceName: func(ctx context.Context, mux *runtime.ServeMux, cc grpc.ClientConnInterface) error {
+		return lockdv1gw.RegisterRateLimitServiceHandlerClient(ctx, mux, lockdv1.NewRateLimitServiceClient(cc))
 	},
 }
 
@@ -105,6 +109,20 @@ type Options struct {
 	// one client's open HTTP calls never take another's share of
 	// --max-concurrent-streams. Nil puts every caller on one connection.
 	Identify func(authorization string) (string, bool)
+	// Guard, if set, wraps the gateway's listener in a connguard.Listener
+	// (see package connguard): a connection is then admitted by the first
+	// request that carries a token Identify knows (with authentication
+	// off, by any request), for at most Share(client) connections of that
+	// client (0: no share of its own), and a request that finds no place
+	// is refused 503 (429 past its client's share).
+	Guard func(net.Listener) net.Listener
+	// Share is the most connections a client may have admitted; nil means
+	// no bound of its own.
+	Share func(client string) int
+	// HandshakeFailed, if set, is told the reason of each failed TLS
+	// handshake: client_certificate (missing or not trusted), timeout, or
+	// other.
+	HandshakeFailed func(reason string)
 }
 
 // Gateway is a running HTTP/JSON gateway.
@@ -134,7 +152,7 @@ func Start(gs *grpc.Server, opts Options) (*Gateway, error) {
 	}
 	p := newPipe()
 	go func() { _ = gs.Serve(p) }()
-	conns, err := newTenants(p, opts.Identify, opts.Authenticated)
+	conns, err := newTenants(p, opts.Identify, opts.Authenticated, opts.Share)
 	if err != nil {
 		lis.Close()
 		p.Close()
@@ -154,11 +172,17 @@ func Start(gs *grpc.Server, opts Options) (*Gateway, error) {
 			ReadHeaderTimeout: ReadHeaderTimeout,
 			IdleTimeout:       IdleTimeout,
 			MaxHeaderBytes:    MaxHeaderBytes,
-			ErrorLog:          slog.NewLogLogger(log.Handler(), slog.LevelDebug),
+			ErrorLog:          serverLog(log, opts.HandshakeFailed),
+			ConnContext:       connguard.ConnContext,
 		},
 		pipe: p, tenants: conns, done: make(chan struct{}),
 	}
-	g.lis = httpbound.Limit(g.srv, lis, opts.MaxConnections)
+	if opts.Guard != nil {
+		httpbound.Reclaim(g.srv, opts.MaxConnections)
+		g.lis = opts.Guard(lis)
+	} else {
+		g.lis = httpbound.Limit(g.srv, lis, opts.MaxConnections)
+	}
 	go func() {
 		defer close(g.done)
 		var err error
@@ -219,7 +243,7 @@ func handler(conns *tenants, guard *browserGuard) (http.Handler, error) {
 			return nil, fmt.Errorf("gateway: register %s: %w", name, err)
 		}
 	}
-	return guard.wrap(conns.wrap(defaultLimits.wrap(challenge(mux), mux)), mux), nil
+	return guard.wrap(conns.wrap(defaultLimits.wrap(challenge(mux), mux), mux), mux), nil
 }
 
 // incomingHeader picks the HTTP headers passed on to lockd as gRPC

@@ -25,10 +25,37 @@ type pipeAddr struct{}
 func (pipeAddr) Network() string { return "bufconn" }
 func (pipeAddr) String() string  { return "gateway" }
 
+// subjectMetadata carries the subject of an HTTPS caller's verified
+// client certificate to lockd, believed as peerMetadata is: only on the
+// gateway's own connections, and never from an HTTP header.
+const subjectMetadata = "lockd-gateway-tls-subject"
+
 // callerMetadata is the metadata the gateway adds to each call: the HTTP
-// caller's address.
+// caller's address, and the subject of its verified client certificate.
 func callerMetadata(_ context.Context, r *http.Request) metadata.MD {
-	return metadata.Pairs(peerMetadata, r.RemoteAddr)
+	md := metadata.Pairs(peerMetadata, r.RemoteAddr)
+	if r.TLS != nil && len(r.TLS.VerifiedChains) > 0 && len(r.TLS.VerifiedChains[0]) > 0 {
+		md.Set(subjectMetadata, r.TLS.VerifiedChains[0][0].Subject.String())
+	}
+	return md
+}
+
+// CertSubject returns the subject (RFC 2253) of the verified client
+// certificate of a call that came through the gateway over HTTPS; false
+// for any other call.
+func CertSubject(ctx context.Context) (string, bool) {
+	p, ok := peer.FromContext(ctx)
+	if !ok {
+		return "", false
+	}
+	if _, pipe := p.AuthInfo.(pipeAuthInfo); !pipe {
+		return "", false
+	}
+	vals := metadata.ValueFromIncomingContext(ctx, subjectMetadata)
+	if len(vals) != 1 {
+		return "", false
+	}
+	return vals[0], true
 }
 
 // ServerOptions are the options the grpc.Server given to Start needs

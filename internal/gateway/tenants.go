@@ -6,7 +6,12 @@ import (
 	"net/http"
 	"sync"
 
+	"github.com/grpc-ecosystem/grpc-gateway/v2/runtime"
 	"google.golang.org/grpc"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
+
+	"github.com/lockd/lockd/internal/connguard"
 )
 
 // tenants gives each client of lockd in-memory connections of its own to
@@ -29,6 +34,7 @@ type tenants struct {
 	pipe          *pipe
 	identify      func(authorization string) (string, bool)
 	authenticated func() bool
+	share         func(client string) int
 
 	mu     sync.Mutex
 	conns  map[string]*grpc.ClientConn // by client name; "" for the rest
@@ -37,14 +43,17 @@ type tenants struct {
 
 var errClosed = errors.New("gateway: closed")
 
-func newTenants(p *pipe, identify func(string) (string, bool), authenticated func() bool) (*tenants, error) {
+func newTenants(p *pipe, identify func(string) (string, bool), authenticated func() bool, share func(string) int) (*tenants, error) {
 	if identify == nil {
 		identify = func(string) (string, bool) { return "", false }
 	}
 	if authenticated == nil {
 		authenticated = func() bool { return false }
 	}
-	t := &tenants{pipe: p, identify: identify, authenticated: authenticated, conns: map[string]*grpc.ClientConn{}}
+	if share == nil {
+		share = func(string) int { return 0 }
+	}
+	t := &tenants{pipe: p, identify: identify, authenticated: authenticated, share: share, conns: map[string]*grpc.ClientConn{}}
 	// The shared connection is made at once, so that a failure shows at
 	// start-up.
 	if _, err := t.conn(""); err != nil {
@@ -55,18 +64,38 @@ func newTenants(p *pipe, identify func(string) (string, bool), authenticated fun
 
 type tenantKey struct{}
 
-// wrap tells next's calls whose connection to use, and drops the body of
-// a request lockd will refuse for want of a known token.
-func (t *tenants) wrap(next http.Handler) http.Handler {
+// wrap tells next's calls whose connection to use, admits the HTTP
+// connection of a request lockd will let in (see connguard), and drops
+// the body of a request lockd will refuse for want of a known token.
+func (t *tenants) wrap(next http.Handler, mux *runtime.ServeMux) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		name, ok := t.identify(r.Header.Get("Authorization"))
-		if !ok && t.authenticated() {
+		authenticated := t.authenticated()
+		if !ok && authenticated {
 			r.Body, r.ContentLength = http.NoBody, 0
 			// The body, unread, is still on the connection.
 			w.Header().Set("Connection", "close")
+		} else if err := connguard.Admit(r.Context(), name, t.share(name)); err != nil {
+			refuseUnplaced(w, r, mux, name, err)
+			return
 		}
 		next.ServeHTTP(w, r.WithContext(context.WithValue(r.Context(), tenantKey{}, name)))
 	})
+}
+
+// refuseUnplaced answers a request whose connection found no place: 503
+// and UNAVAILABLE when every place is taken, 429 and RESOURCE_EXHAUSTED
+// when its client has its share; the connection closes after it.
+func refuseUnplaced(w http.ResponseWriter, r *http.Request, mux *runtime.ServeMux, client string, err error) {
+	st := &runtime.HTTPStatusError{HTTPStatus: http.StatusServiceUnavailable,
+		Err: status.Error(codes.Unavailable, "the gateway has all of its connection places taken; retry, or use another replica")}
+	if errors.Is(err, connguard.ErrClientShare) {
+		st = &runtime.HTTPStatusError{HTTPStatus: http.StatusTooManyRequests,
+			Err: status.Errorf(codes.ResourceExhausted, "client %q has as many connections open on the gateway as it may: reuse connections (HTTP keep-alive)", client)}
+	}
+	w.Header().Set("Connection", "close")
+	_, m := runtime.MarshalerForRequest(mux, r)
+	runtime.HTTPError(r.Context(), mux, m, w, r, st)
 }
 
 // conn returns the connection of the client named name, dialing it the

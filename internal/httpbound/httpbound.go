@@ -22,9 +22,20 @@ func Limit(srv *http.Server, lis net.Listener, max int) net.Listener {
 	if max <= 0 {
 		return lis
 	}
+	Reclaim(srv, max)
+	return netutil.LimitListener(lis, max)
+}
+
+// Reclaim sets srv.ConnState so that, while max connections are open, srv
+// closes keep-alive connections as soon as they are idle, for a listener
+// bounded otherwise (see package connguard). A max of 0 or less does
+// nothing.
+func Reclaim(srv *http.Server, max int) {
+	if max <= 0 {
+		return
+	}
 	r := &reclaimer{max: max, idle: map[net.Conn]bool{}}
 	srv.ConnState = r.track
-	return netutil.LimitListener(lis, max)
 }
 
 // reclaimer follows the server's connections and closes idle ones while

@@ -186,9 +186,12 @@ func (c *Client) noteHold(ks keySet, reply []any) {
 	}
 }
 
-// event logs a data-loss event (at most once a second) and has every
-// KeepAlive renew at once.
+// event logs a data-loss event (at most once a second), tells a
+// DataLossObserver and has every KeepAlive renew at once.
 func (w *lossWatch) event(msg string, args ...any) {
+	if o, ok := w.c.obs.(DataLossObserver); ok {
+		o.DataLoss()
+	}
 	w.mu.Lock()
 	quiet := time.Since(w.lastEvent) < time.Second
 	if !quiet {

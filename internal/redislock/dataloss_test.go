@@ -5,6 +5,7 @@ import (
 	"errors"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -22,7 +23,8 @@ func TestRedisLosingItsDataReachesHoldersFirst(t *testing.T) {
 	srv := redistest.Start(t)
 	rdb := srv.Client(t)
 	const grace = 2 * time.Second
-	c := newClient(t, rdb, redislock.Options{DataLossGrace: grace})
+	obs := &dataLossCounter{}
+	c := newClient(t, rdb, redislock.Options{DataLossGrace: grace, Observer: obs})
 	ctx := ctxT(t, 2*time.Minute)
 	held := mustAcquire(t, c, redislock.Request{Key: "lost/data", Mode: redislock.Write, Owner: "holder", TTL: time.Hour})
 
@@ -60,6 +62,9 @@ func TestRedisLosingItsDataReachesHoldersFirst(t *testing.T) {
 	}()
 	time.Sleep(100 * time.Millisecond) // let the waiter queue; the order below does not depend on it
 
+	if n := obs.dataLoss.Load(); n != 0 {
+		t.Fatalf("%d data losses observed before Redis restarted", n)
+	}
 	srv.Restart(t)
 	var err error
 	select {
@@ -81,7 +86,18 @@ func TestRedisLosingItsDataReachesHoldersFirst(t *testing.T) {
 	if len(events) != 2 || events[0] != "holder told" {
 		t.Fatalf("events %v: the holder must learn first", events)
 	}
+	if obs.dataLoss.Load() == 0 {
+		t.Error("the observer was not told of the data loss")
+	}
 }
+
+// dataLossCounter is a DataLossObserver that counts data losses.
+type dataLossCounter struct {
+	lostCounter
+	dataLoss atomic.Int64
+}
+
+func (o *dataLossCounter) DataLoss() { o.dataLoss.Add(1) }
 
 // keepAlive runs c.KeepAlive on a lease in the background, counting its
 // renewals; its error arrives on the returned channel.

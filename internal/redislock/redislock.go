@@ -269,6 +269,14 @@ type Observer interface {
 	Lost()
 }
 
+// DataLossObserver is an Observer also told when the engine learns that
+// Redis lost lockd's data and new grants are held back (Options.DataLossGrace).
+type DataLossObserver interface {
+	Observer
+	// DataLoss is called once for each data loss the engine learns of.
+	DataLoss()
+}
+
 // Client is a lock engine on one Redis deployment. It is safe for concurrent
 // use; one Client per process shares one pub/sub subscription among all its
 // waiters.

@@ -8,6 +8,12 @@
 // stopped when the test ends. A missing redis-server binary fails the test,
 // it never skips it: `make test` installs the binary.
 //
+// The environment variable REDISTEST_SERVER names another server binary (a
+// name looked up in PATH, or a path) to run in place of redis-server, for
+// example valkey-server: `make test-valkey` runs the engine's and the token
+// broker's suites that way. It starts the Sentinels too (`--sentinel`);
+// Clusters are still joined with redis-cli.
+//
 // The waits are generous (tens of seconds, always with a deadline) so that
 // the harness holds up on a loaded two-core machine; a failure names what was
 // awaited and shows the tail of the server's log.
@@ -59,6 +65,7 @@ var errPortInUse = errors.New("redistest: port already in use")
 type Option func(*options)
 
 type options struct {
+	server   string        // the server binary; default redis-server
 	args     []string      // extra command-line arguments
 	cluster  bool          // cluster node: reserve port+10000 as well
 	sentinel func(*Server) // writes the sentinel config; non-nil = sentinel mode
@@ -69,6 +76,12 @@ type options struct {
 // arguments, so they may override them (except the port and directory).
 func WithArgs(args ...string) Option {
 	return func(o *options) { o.args = append(o.args, args...) }
+}
+
+// Valkey starts valkey-server instead of redis-server: the same command
+// line, the same protocol.
+func Valkey() Option {
+	return func(o *options) { o.server = "valkey-server" }
 }
 
 // Server is one redis-server process started by [Start]. Its methods are safe
@@ -101,7 +114,10 @@ func Start(tb testing.TB, opts ...Option) *Server {
 	for _, opt := range opts {
 		opt(&o)
 	}
-	s := &Server{bin: binary(tb, "redis-server"), dir: tb.TempDir(), opts: o}
+	if o.server == "" {
+		o.server = ServerBinary()
+	}
+	s := &Server{bin: binary(tb, o.server), dir: tb.TempDir(), opts: o}
 	if o.sentinel != nil {
 		o.sentinel(s)
 	}
@@ -463,40 +479,6 @@ func (s *Server) LogTail() string {
 	n := s.incarnation
 	s.mu.Unlock()
 	return logTail(filepath.Join(s.dir, fmt.Sprintf("%s-%d.log", s.kind(), n)))
-}
-
-var (
-	binMu    sync.Mutex
-	binPaths = map[string]string{}
-)
-
-// binary finds a Redis executable or fails the test.
-func binary(tb testing.TB, name string) string {
-	tb.Helper()
-	binMu.Lock()
-	defer binMu.Unlock()
-	if p, ok := binPaths[name]; ok {
-		return p
-	}
-	p, err := exec.LookPath(name)
-	if err != nil {
-		for _, dir := range []string{"/usr/bin", "/usr/local/bin", "/opt/homebrew/bin"} {
-			if c := filepath.Join(dir, name); isExecutable(c) {
-				p, err = c, nil
-				break
-			}
-		}
-	}
-	if err != nil {
-		tb.Fatalf("%s not found: run `make test`, which installs it", name)
-	}
-	binPaths[name] = p
-	return p
-}
-
-func isExecutable(path string) bool {
-	fi, err := os.Stat(path)
-	return err == nil && fi.Mode().IsRegular() && fi.Mode()&0o111 != 0
 }
 
 var (

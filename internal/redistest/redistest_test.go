@@ -249,3 +249,23 @@ func (r *fatalRecorder) Fatalf(format string, args ...any) {
 func processAlive(pid int) bool {
 	return pid > 0 && syscall.Kill(pid, 0) == nil
 }
+
+// TestServerEnvRunsAnotherServer runs Valkey in place of redis-server, as
+// `make test-valkey` does, and checks that the server answering is Valkey's.
+func TestServerEnvRunsAnotherServer(t *testing.T) {
+	t.Setenv(ServerEnv, "valkey-server")
+	if got := ServerBinary(); got != "valkey-server" {
+		t.Fatalf("ServerBinary() = %q with %s=valkey-server", got, ServerEnv)
+	}
+	info, err := Start(t).Client(t).Info(context.Background(), "server").Result()
+	if err != nil {
+		t.Fatalf("INFO server: %v", err)
+	}
+	if name := infoField(info, "server_name"); name != "valkey" {
+		t.Errorf("INFO server_name = %q, want valkey:\n%s", name, info)
+	}
+	t.Setenv(ServerEnv, "")
+	if got := ServerBinary(); got != "redis-server" {
+		t.Errorf("ServerBinary() = %q with %s unset, want redis-server", got, ServerEnv)
+	}
+}

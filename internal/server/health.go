@@ -14,7 +14,8 @@ import (
 
 // serviceNames are the names health reports on, besides "".
 var serviceNames = []string{lockdv1.LockService_ServiceDesc.ServiceName, lockdv1.TokenService_ServiceDesc.ServiceName,
-	lockdv1.ElectionService_ServiceDesc.ServiceName, lockdv1.SemaphoreService_ServiceDesc.ServiceName}
+	lockdv1.ElectionService_ServiceDesc.ServiceName, lockdv1.SemaphoreService_ServiceDesc.ServiceName,
+	lockdv1.RateLimitService_ServiceDesc.ServiceName}
 
 // watchHealth turns every service NOT_SERVING while Redis does not answer,
 // and back to SERVING when it does.
@@ -50,6 +51,14 @@ func watchHealth(ctx context.Context, hs *health.Server, ping func(context.Conte
 			return
 		case <-tick.C:
 		}
+	}
+}
+
+// servingOf reads hs's overall status, for the lockd_serving gauge.
+func servingOf(hs *health.Server) func() bool {
+	return func() bool {
+		res, err := hs.Check(context.Background(), &healthpb.HealthCheckRequest{})
+		return err == nil && res.GetStatus() == healthpb.HealthCheckResponse_SERVING
 	}
 }
 

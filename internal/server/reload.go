@@ -11,6 +11,7 @@ import (
 
 	"github.com/lockd/lockd/internal/auth"
 	"github.com/lockd/lockd/internal/config"
+	"github.com/lockd/lockd/internal/gateway"
 	"github.com/lockd/lockd/internal/service"
 	"github.com/lockd/lockd/internal/telemetry"
 	"github.com/lockd/lockd/internal/token"
@@ -29,8 +30,9 @@ func authClients(file *config.Config) []auth.Client {
 	clients := make([]auth.Client, 0, len(file.Auth.Clients))
 	for _, c := range file.Auth.Clients {
 		clients = append(clients, auth.Client{
-			Name: c.Name, Token: string(c.Token), Locks: c.Locks, Apps: c.Apps, Admin: c.Admin,
-			Limits: auth.Limits{Waiters: c.Limits.Waiters, KeepAlives: c.Limits.KeepAlives, RefreshesPerHour: c.Limits.RefreshesPerHour},
+			Name: c.Name, Token: string(c.Token), Locks: c.Locks, Apps: c.Apps, Admin: c.Admin, TLSSubject: c.TLSSubject,
+			Limits: auth.Limits{Waiters: c.Limits.Waiters, KeepAlives: c.Limits.KeepAlives, Watches: c.Limits.Watches,
+				Leases: c.Limits.Leases, Connections: c.Limits.Connections, RefreshesPerHour: c.Limits.RefreshesPerHour},
 		})
 	}
 	return clients
@@ -118,8 +120,16 @@ type reloader struct {
 	opts    token.Options
 	metrics *telemetry.SecurityMetrics
 	audit   audit
+	// locks releases the leases of clients a reload removes.
+	locks *service.LockServer
 	// secretFlags are checked again on each reload (see secretFlags.warn).
 	secretFlags secretFlags
+	// mtls tells whether clients may be asked for a certificate
+	// (tls_subject).
+	mtls bool
+	// revoking runs the releases of revoked clients' leases, one reload
+	// at a time.
+	revoking sync.Mutex
 }
 
 // reload loads and applies the configuration file once.
@@ -140,6 +150,9 @@ func (r *reloader) apply() error {
 	if err != nil {
 		return err
 	}
+	if err := checkTLSSubjects(file, r.mtls); err != nil {
+		return err
+	}
 	clients := authClients(file)
 	if clients != nil {
 		// Check before anything changes, so a bad file changes nothing.
@@ -157,13 +170,62 @@ func (r *reloader) apply() error {
 		return fmt.Errorf("--config: %w", err)
 	}
 	r.brokers.replace(b)
+	if r.locks != nil {
+		go r.revoke()
+	}
 	for _, w := range file.Warnings {
 		r.log.Warn("config: " + w)
 	}
+	warnFixedEnv(r.log, file)
 	if was && clients == nil {
 		r.log.Warn("INSECURE: the reloaded configuration has no auth section: authentication is now off")
 	}
 	r.log.Info("configuration reloaded", "auth", clients != nil, "clients", len(clients), "token_apps", b.Apps())
+	return nil
+}
+
+// revoke releases the leases of clients the reload took them from.
+func (r *reloader) revoke() {
+	r.revoking.Lock()
+	defer r.revoking.Unlock()
+	if n := r.locks.Revoke(context.Background(), r.authn.MayLock); n > 0 {
+		r.log.Warn("released the leases of clients the reload removed, or whose prefixes it narrowed", "leases", n)
+	}
+}
+
+// warnFixedEnv tells, on a reload, which secrets and tokens come from
+// lockd's environment: a reload reads them again, but the environment is
+// the one lockd started with, so they change only with a restart.
+func warnFixedEnv(log *slog.Logger, file *config.Config) {
+	var from []string
+	for _, a := range file.Apps {
+		if a.SecretEnv != "" {
+			from = append(from, "apps "+a.Name)
+		}
+	}
+	if file.Auth != nil {
+		for _, c := range file.Auth.Clients {
+			if c.TokenEnv != "" {
+				from = append(from, "auth.clients "+c.Name)
+			}
+		}
+	}
+	if len(from) > 0 {
+		log.Warn("config: secret_env and token_env are read from the environment lockd started with, which a reload cannot change: to rotate them without a restart, use secret_file and token_file", "from_env", from)
+	}
+}
+
+// checkTLSSubjects refuses clients with a tls_subject when lockd asks for
+// no client certificate: no call of theirs could ever be let in.
+func checkTLSSubjects(file *config.Config, mtls bool) error {
+	if file == nil || file.Auth == nil || mtls {
+		return nil
+	}
+	for _, c := range file.Auth.Clients {
+		if c.TLSSubject != "" {
+			return fmt.Errorf("--config: auth.clients %q: tls_subject needs client certificates: set --tls-client-ca", c.Name)
+		}
+	}
 	return nil
 }
 
@@ -184,4 +246,14 @@ func (r *reloader) watch(ctx context.Context, reloads <-chan struct{}) {
 			r.reload()
 		}
 	}
+}
+
+// certSubject is the subject of a call's verified client certificate:
+// its connection's, or, for a call through the HTTP/JSON gateway, the
+// HTTPS caller's.
+func certSubject(ctx context.Context) (string, bool) {
+	if s, ok := auth.PeerCertSubject(ctx); ok {
+		return s, true
+	}
+	return gateway.CertSubject(ctx)
 }

@@ -4,6 +4,7 @@
 package server
 
 import (
+	"cmp"
 	"context"
 	"crypto/tls"
 	"errors"
@@ -29,8 +30,10 @@ import (
 	"github.com/lockd/lockd/internal/adminui"
 	"github.com/lockd/lockd/internal/auth"
 	"github.com/lockd/lockd/internal/config"
+	"github.com/lockd/lockd/internal/connguard"
 	"github.com/lockd/lockd/internal/gateway"
 	"github.com/lockd/lockd/internal/httpbound"
+	"github.com/lockd/lockd/internal/ratelimit"
 	"github.com/lockd/lockd/internal/redislock"
 	"github.com/lockd/lockd/internal/safetext"
 	"github.com/lockd/lockd/internal/service"
@@ -102,6 +105,11 @@ type Config struct {
 	// and releases; WARN: force-releases only).
 	AuditLog   string
 	AuditLevel slog.Level
+	// AuditFiles bound the disk the audit log file takes.
+	AuditFiles AuditFiles
+	// RedisMemoryInterval is how often Redis's memory is read, to warn
+	// before it is full; 0 means every 30s.
+	RedisMemoryInterval time.Duration
 	// Limits bound what callers may ask for.
 	Limits service.Limits
 	// TokenIdleAfter is how long after the last call for it an app's token
@@ -160,7 +168,7 @@ func Run(ctx context.Context, cfg Config) error {
 	if cfg.Stderr == nil {
 		cfg.Stderr = os.Stderr
 	}
-	auditLog, err := openAudit(cfg.AuditLog, cfg.AuditLevel, cfg.Stderr)
+	auditLog, err := openAudit(cfg.AuditLog, cfg.AuditLevel, cfg.AuditFiles, cfg.Stderr)
 	if err != nil {
 		return err
 	}
@@ -179,7 +187,10 @@ func Run(ctx context.Context, cfg Config) error {
 	}()
 	sec := tel.Security()
 
-	authn := auth.Open(auth.OnRefused(sec.AuthRefused))
+	if err := checkTLSSubjects(cfg.File, cfg.TLS.ClientCA != ""); err != nil {
+		return err
+	}
+	authn := auth.Open(auth.OnRefused(sec.AuthRefused), auth.WithCertSubject(certSubject))
 	if err := authn.Replace(authClients(cfg.File)); err != nil {
 		return fmt.Errorf("--config: %w", err)
 	}
@@ -197,6 +208,7 @@ func Run(ctx context.Context, cfg Config) error {
 	go refused.run(bgCtx)
 	var creds []grpc.ServerOption
 	var gatewayTLS *tls.Config
+	handshakes := newHandshakes(bgCtx, log, sec)
 	if cfg.TLS.Enabled() {
 		tc, err := newTLS(cfg.TLS, tlsEvents{log: log, reloadFailed: sec.TLSReloadFailed})
 		if err != nil {
@@ -204,9 +216,7 @@ func Run(ctx context.Context, cfg Config) error {
 		}
 		go tc.watch(bgCtx)
 		sec.RegisterCertificateExpiry(tc.expiry)
-		handshakes := newSummary(log, "failed TLS handshakes", 10*time.Second)
-		go handshakes.run(bgCtx)
-		observed := newObservedCreds(credentials.NewTLS(tc.config), log, sec.TLSHandshakeFailed, handshakes)
+		observed := newObservedCreds(credentials.NewTLS(tc.config), log, sec.TLSHandshakeFailed, handshakes.sum)
 		creds = append(creds, grpc.Creds(gateway.Credentials(observed)))
 		gatewayTLS = tc.config
 	}
@@ -225,6 +235,7 @@ func Run(ctx context.Context, cfg Config) error {
 	if err := tel.InstrumentRedis(rdb); err != nil {
 		return fmt.Errorf("telemetry: %w", err)
 	}
+	go watchRedisMemory(bgCtx, rdb, cmp.Or(cfg.RedisMemoryInterval, redisMemoryEvery), log, sec)
 
 	// A Redis found unfit for locks after start-up stops lockd.
 	runCtx, stopRun := context.WithCancelCause(ctx)
@@ -256,7 +267,8 @@ func Run(ctx context.Context, cfg Config) error {
 	}
 	tokens := newBrokers(bgCtx, log, broker, cfg.Limits.MaxWatches)
 	defer tokens.close()
-	reloads := &reloader{log: log, load: cfg.LoadConfig, authn: authn, brokers: tokens, rdb: rdb, opts: tokenOpts, metrics: sec, audit: auditLog, secretFlags: secretFlagsOf(cfg)}
+	reloads := &reloader{log: log, load: cfg.LoadConfig, authn: authn, brokers: tokens, rdb: rdb, opts: tokenOpts, metrics: sec, audit: auditLog,
+		locks: locks, secretFlags: secretFlagsOf(cfg), mtls: cfg.TLS.ClientCA != ""}
 	reloadCtx, stopReloads := context.WithCancel(ctx)
 	reloadsDone := make(chan struct{})
 	go func() {
@@ -272,13 +284,17 @@ func Run(ctx context.Context, cfg Config) error {
 	if err != nil {
 		return fmt.Errorf("listen %s: %w", cfg.Listen, err)
 	}
-	lis = cfg.Transport.listener(lis)
+	conns := newConnections(bgCtx, cfg.Transport, authn, sec, log)
+	lis = conns.guard(lis, "grpc")
 	// Handlers finish their cleanup (queued writers withdrawn, holds given
 	// back) before the engine and Redis close, even after a forced Stop.
-	gate := newGate(authn, cfg.Transport.MaxHealthStreams, refused)
+	gate := newGate(authn, cfg.Transport.MaxHealthStreams, refused, conns)
 	hs := health.NewServer()
+	tel.RegisterServing(servingOf(hs))
 	elections, semaphores := service.NewElectionServer(locks), service.NewSemaphoreServer(locks)
 	admin := service.NewAdminServer(locks, tokens.tokens)
+	rateLimits := service.NewRateLimitServer(ratelimit.New(rdb, ratelimit.Options{
+		Prefix: cfg.Namespace, DataLoss: engine, Observer: tel.RateLimits()}), locks)
 	// newServer returns a gRPC server of lockd's services on transport t,
 	// with extra options.
 	newServer := func(t Transport, extra ...grpc.ServerOption) *grpc.Server {
@@ -302,6 +318,7 @@ func Run(ctx context.Context, cfg Config) error {
 		lockdv1.RegisterElectionServiceServer(gs, elections)
 		lockdv1.RegisterSemaphoreServiceServer(gs, semaphores)
 		lockdv1.RegisterAdminServiceServer(gs, admin)
+		lockdv1.RegisterRateLimitServiceServer(gs, rateLimits)
 		healthpb.RegisterHealthServer(gs, hs)
 		if cfg.Reflection {
 			reflection.Register(gs)
@@ -325,7 +342,9 @@ func Run(ctx context.Context, cfg Config) error {
 		pipe := newServer(pipeTransport, gateway.ServerOptions()...)
 		servers = append(servers, pipe)
 		gw, err := gateway.Start(pipe, gateway.Options{Listen: cfg.GatewayListen, TLS: gatewayTLS, Logger: log,
-			Authenticated: authn.Enabled, Hosts: cfg.GatewayHosts, Identify: authn.Identify, MaxConnections: cfg.Transport.MaxConnections})
+			Authenticated: authn.Enabled, Hosts: cfg.GatewayHosts, Identify: authn.Identify, MaxConnections: cfg.Transport.MaxConnections,
+			Guard: func(l net.Listener) net.Listener { return conns.guard(l, "gateway") }, Share: conns.shareOf,
+			HandshakeFailed: handshakes.failed})
 		if err != nil {
 			lis.Close()
 			return err
@@ -357,10 +376,11 @@ func Run(ctx context.Context, cfg Config) error {
 		defer func() { _ = closeUI() }()
 		ui := adminui.Handler(adminui.Options{Admin: lockdv1.NewAdminServiceClient(uiConn), Authenticated: authn.Enabled,
 			IsAdmin: authn.IsAdminToken, Hosts: cfg.GatewayHosts})
-		httpSrv = &http.Server{Handler: httpHandler(hs, tel.MetricsHandler(), ui), ReadHeaderTimeout: 5 * time.Second,
+		httpSrv = &http.Server{Handler: conns.admitHTTP(httpHandler(hs, tel.MetricsHandler(), ui)), ReadHeaderTimeout: 5 * time.Second,
 			IdleTimeout: gateway.IdleTimeout, WriteTimeout: gateway.WriteTimeout, MaxHeaderBytes: gateway.MaxHeaderBytes,
-			ErrorLog: slog.NewLogLogger(log.Handler(), slog.LevelDebug)}
-		hl = httpbound.Limit(httpSrv, hl, cfg.Transport.MaxConnections)
+			ErrorLog: slog.NewLogLogger(log.Handler(), slog.LevelDebug), ConnContext: connguard.ConnContext}
+		httpbound.Reclaim(httpSrv, cfg.Transport.MaxConnections)
+		hl = conns.guard(hl, "http")
 		go func() {
 			if err := httpSrv.Serve(hl); err != nil && !errors.Is(err, http.ErrServerClosed) {
 				log.Error("http server", "err", err)
@@ -430,7 +450,7 @@ func newBroker(rdb redis.UniversalClient, file *config.Config, opts token.Option
 	var apps []token.App
 	if file != nil {
 		for _, a := range file.Apps {
-			apps = append(apps, token.App{Name: a.Name, Upstream: a.WeChat()})
+			apps = append(apps, token.App{Name: a.Name, Upstream: a.Upstream()})
 		}
 	}
 	b, err := token.New(rdb, apps, opts)

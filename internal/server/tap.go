@@ -11,21 +11,24 @@ import (
 	"google.golang.org/grpc/tap"
 
 	"github.com/lockd/lockd/internal/auth"
+	"github.com/lockd/lockd/internal/connguard"
 )
 
 // gate decides, as a stream's headers arrive and before gRPC spends a
 // goroutine or a buffer on it, whether lockd takes it: health calls up to
 // a bound (they need no token), every other call only with a known bearer
-// token when authentication is on.
+// token when authentication is on, and only when its connection has, or
+// can take, one of the listener's places.
 type gate struct {
 	authn     *auth.Authenticator
 	health    atomic.Int64
 	maxHealth int64
 	refused   *summary
+	conns     *connections
 }
 
-func newGate(authn *auth.Authenticator, maxHealth int, refused *summary) *gate {
-	return &gate{authn: authn, maxHealth: int64(maxHealth), refused: refused}
+func newGate(authn *auth.Authenticator, maxHealth int, refused *summary, conns *connections) *gate {
+	return &gate{authn: authn, maxHealth: int64(maxHealth), refused: refused, conns: conns}
 }
 
 // tap is the server's grpc.InTapHandle. It runs on the connection's reader
@@ -42,11 +45,21 @@ func (g *gate) tap(ctx context.Context, info *tap.Info) (context.Context, error)
 		context.AfterFunc(ctx, func() { g.health.Add(-1) })
 		return ctx, nil
 	}
-	ctx, err := g.authn.TapHandle(ctx, info)
+	authed, err := g.authn.TapHandle(ctx, info)
 	if err != nil {
 		g.refused.add("unauthenticated")
+		// A connection that has shown no valid token gives way first,
+		// and goes soon.
+		connguard.Refuse(ctx, refusedGrace)
+		return nil, err
 	}
-	return ctx, err
+	ctx = authed
+	// The call is let in: its connection takes a place (see
+	// connections), if it has none yet.
+	if err := g.conns.admitCall(ctx); err != nil {
+		return nil, err
+	}
+	return ctx, nil
 }
 
 // summary logs events of one kind (refused calls, failed handshakes): the

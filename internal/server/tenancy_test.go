@@ -42,14 +42,19 @@ const (
 
 // twoTeams serves two clients whose prefixes overlap as strings: billing
 // ("billing") may lock every key of ledger ("billing-ledger/").
-func twoTeams(t *testing.T, srv *redistest.Server, limits string) *running {
+// A limits argument, if given, is the replica's.
+func twoTeams(t *testing.T, srv *redistest.Server, limits string, replica ...service.Limits) *running {
 	t.Helper()
 	file := parseConfig(t, `auth:
   clients:
     - {name: billing, token_env: BILLING, locks: ["billing"]`+limits+`}
     - {name: ledger, token_env: LEDGER, locks: ["billing-ledger/"]}
 `, map[string]string{"BILLING": billingToken, "LEDGER": ledgerToken})
-	return start(t, Config{Redis: srv.Addr(), File: file})
+	cfg := Config{Redis: srv.Addr(), File: file}
+	if len(replica) > 0 {
+		cfg.Limits = replica[0]
+	}
+	return start(t, cfg)
 }
 
 // TestCrossTeamTakeoverFails: billing may lock ledger's keys (its prefix

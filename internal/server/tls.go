@@ -14,6 +14,8 @@ import (
 	"time"
 
 	"google.golang.org/grpc/credentials"
+
+	"github.com/lockd/lockd/internal/telemetry"
 )
 
 // TLSFiles names the certificate files of the gRPC listener.
@@ -271,4 +273,23 @@ func handshakeReason(err error) string {
 		return "timeout"
 	}
 	return "other"
+}
+
+// handshakes counts and logs (as a summary per interval) failed TLS
+// handshakes, of gRPC connections (observedCreds) and the gateway's.
+type handshakes struct {
+	sum     *summary
+	metrics *telemetry.SecurityMetrics
+}
+
+func newHandshakes(ctx context.Context, log *slog.Logger, metrics *telemetry.SecurityMetrics) *handshakes {
+	sum := newSummary(log, "failed TLS handshakes", 10*time.Second)
+	go sum.run(ctx)
+	return &handshakes{sum: sum, metrics: metrics}
+}
+
+// failed counts a failed handshake of the gateway's, for reason.
+func (h *handshakes) failed(reason string) {
+	h.metrics.TLSHandshakeFailed(reason)
+	h.sum.add(reason)
 }

@@ -2,22 +2,33 @@ package server
 
 import (
 	"fmt"
-	"net"
 	"time"
 
-	"golang.org/x/net/netutil"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/keepalive"
+
+	"github.com/lockd/lockd/internal/connguard"
 )
 
 // Transport bounds what connections and streams may cost lockd, so that
 // no caller, with or without a token, can exhaust a replica's memory or
 // goroutines. A zero Transport in Config means DefaultTransport.
 type Transport struct {
-	// MaxConnections bounds the connections open at once on each
-	// listener (gRPC, the gateway, the HTTP port); more wait in the
-	// kernel's accept queue. 0 means no bound.
+	// MaxConnections bounds the admitted connections open at once on each
+	// listener (gRPC, the gateway, the HTTP port): those on which a call
+	// was let in (with authentication on, one with a known client's
+	// token). A call that would admit one more is refused. With two or
+	// more clients configured, one without limits.connections has at
+	// most half of them. 0 means no bound.
 	MaxConnections int
+	// MaxPendingConnections bounds, on each listener, the connections not
+	// admitted yet (see package connguard): when all are taken, the
+	// source address holding the most loses its oldest. 0 means no bound.
+	MaxPendingConnections int
+	// PendingTimeout closes a connection not admitted within it (with
+	// authentication on: on which no call with a known token came); 0
+	// means never.
+	PendingTimeout time.Duration
 	// MaxConcurrentStreams bounds the calls open at once on one
 	// connection (HTTP/2 SETTINGS_MAX_CONCURRENT_STREAMS); more are
 	// refused. 0 means gRPC's default, no bound.
@@ -53,22 +64,26 @@ const handshakeTimeout = 10 * time.Second
 // operations section for what they cost at most).
 func DefaultTransport() Transport {
 	return Transport{
-		MaxConnections:       1000,
-		MaxConcurrentStreams: 1000,
-		MaxHeaderBytes:       16 << 10,
-		MaxHealthStreams:     100,
-		KeepAliveTime:        10 * time.Second,
-		KeepAliveTimeout:     5 * time.Second,
-		KeepAliveMinTime:     5 * time.Second,
-		MaxConnectionIdle:    5 * time.Minute,
+		MaxConnections:        1000,
+		MaxPendingConnections: 200,
+		PendingTimeout:        10 * time.Second,
+		MaxConcurrentStreams:  1000,
+		MaxHeaderBytes:        16 << 10,
+		MaxHealthStreams:      100,
+		KeepAliveTime:         10 * time.Second,
+		KeepAliveTimeout:      5 * time.Second,
+		KeepAliveMinTime:      5 * time.Second,
+		MaxConnectionIdle:     5 * time.Minute,
 	}
 }
 
 // Validate reports bounds that cannot work.
 func (t Transport) Validate() error {
 	switch {
-	case t.MaxConnections < 0 || t.MaxHealthStreams < 0:
-		return fmt.Errorf("--max-connections and --max-health-streams must not be negative")
+	case t.MaxConnections < 0 || t.MaxHealthStreams < 0 || t.MaxPendingConnections < 0:
+		return fmt.Errorf("--max-connections, --max-pending-connections and --max-health-streams must not be negative")
+	case t.PendingTimeout < 0:
+		return fmt.Errorf("--pending-timeout must not be negative")
 	case t.KeepAliveTime < time.Second:
 		return fmt.Errorf("--keepalive-time must be at least 1s, got %v", t.KeepAliveTime)
 	case t.KeepAliveTimeout < 100*time.Millisecond:
@@ -109,10 +124,8 @@ func (t Transport) serverOptions() []grpc.ServerOption {
 	return opts
 }
 
-// listener bounds lis to t.MaxConnections connections at once.
-func (t Transport) listener(lis net.Listener) net.Listener {
-	if t.MaxConnections <= 0 {
-		return lis
-	}
-	return netutil.LimitListener(lis, t.MaxConnections)
+// guard returns the connguard options of t for a listener; event is told
+// of each connection refused or closed.
+func (t Transport) guard(event func(reason string)) connguard.Options {
+	return connguard.Options{Max: t.MaxConnections, MaxPending: t.MaxPendingConnections, PendingTimeout: t.PendingTimeout, Event: event}
 }

@@ -134,6 +134,7 @@ func (a *AdminServer) ForceRelease(ctx context.Context, req *lockdv1.ForceReleas
 			continue
 		}
 		for _, h := range ended {
+			a.locks.leases.forced(key, h.Owner)
 			a.locks.ForceReleased(ctx, key, displayed(ctx, h.Owner), h.FencingToken)
 			a.locks.log.LogAttrs(ctx, slog.LevelWarn, "force release", clientAttr(ctx), slog.String("key", key),
 				slog.String("owner", displayed(ctx, h.Owner)), slog.String("mode", h.Mode.String()),

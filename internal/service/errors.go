@@ -15,10 +15,12 @@ import (
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
 
+	"github.com/lockd/lockd/internal/ratelimit"
 	"github.com/lockd/lockd/internal/redislock"
 )
 
-// codeTable maps the lock engine's errors to gRPC codes (SPEC §5).
+// codeTable maps the lock engine's and the rate limiter's errors to gRPC
+// codes (SPEC §5).
 var codeTable = []struct {
 	err  error
 	code codes.Code
@@ -36,6 +38,8 @@ var codeTable = []struct {
 	{redislock.ErrKeyInUse, codes.FailedPrecondition},
 	{redislock.ErrInvalidLimit, codes.InvalidArgument},
 	{redislock.ErrLimitMismatch, codes.FailedPrecondition},
+	{ratelimit.ErrInvalidRequest, codes.InvalidArgument},
+	{ratelimit.ErrConflict, codes.FailedPrecondition},
 	{errLimit, codes.ResourceExhausted},
 	{errShuttingDown, codes.Unavailable},
 }

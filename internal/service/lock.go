@@ -28,6 +28,7 @@ type LockServer struct {
 	waiters atomic.Int64
 	streams atomic.Int64
 	clients perClient
+	leases  leaseBook
 	audit   audit
 
 	// drained ends when the server drains.
@@ -77,7 +78,7 @@ type acquireRequest interface {
 
 // Acquire takes the key exclusively.
 func (s *LockServer) Acquire(ctx context.Context, req *lockdv1.AcquireRequest) (*lockdv1.AcquireResponse, error) {
-	res, err := s.acquire(ctx, redislock.Write, req)
+	res, err := s.acquireHeld(ctx, redislock.Write, 0, req)
 	if err != nil {
 		return nil, err
 	}
@@ -86,7 +87,7 @@ func (s *LockServer) Acquire(ctx context.Context, req *lockdv1.AcquireRequest) (
 
 // WLock takes the key exclusively.
 func (s *LockServer) WLock(ctx context.Context, req *lockdv1.WLockRequest) (*lockdv1.WLockResponse, error) {
-	res, err := s.acquire(ctx, redislock.Write, req)
+	res, err := s.acquireHeld(ctx, redislock.Write, 0, req)
 	if err != nil {
 		return nil, err
 	}
@@ -95,19 +96,28 @@ func (s *LockServer) WLock(ctx context.Context, req *lockdv1.WLockRequest) (*loc
 
 // RLock takes a shared hold on the key.
 func (s *LockServer) RLock(ctx context.Context, req *lockdv1.RLockRequest) (*lockdv1.RLockResponse, error) {
-	res, err := s.acquire(ctx, redislock.Read, req)
+	res, err := s.acquireHeld(ctx, redislock.Read, 0, req)
 	if err != nil {
 		return nil, err
 	}
 	return &lockdv1.RLockResponse{Acquired: res.Acquired, Lease: leaseProto(ctx, res), RetryAfter: retryAfter(res), Holder: displayed(ctx, res.Holder)}, nil
 }
 
+// acquire takes a lease held for as long as a stream (Hold) stays open.
 func (s *LockServer) acquire(ctx context.Context, mode redislock.Mode, req acquireRequest) (redislock.Result, error) {
-	return s.acquireLimited(ctx, mode, 0, req)
+	return s.acquireLimited(ctx, mode, 0, req, false)
 }
 
-// acquireLimited is acquire with the limit of a Permit.
-func (s *LockServer) acquireLimited(ctx context.Context, mode redislock.Mode, limit int, req acquireRequest) (redislock.Result, error) {
+// acquireHeld takes a lease that outlives the call (Acquire, RLock, WLock,
+// a semaphore's Acquire, with the limit of a Permit): it is counted
+// against the client's held leases.
+func (s *LockServer) acquireHeld(ctx context.Context, mode redislock.Mode, limit int, req acquireRequest) (redislock.Result, error) {
+	return s.acquireLimited(ctx, mode, limit, req, true)
+}
+
+// acquireLimited is acquire with the limit of a Permit, counting the lease
+// in the book when held is set.
+func (s *LockServer) acquireLimited(ctx context.Context, mode redislock.Mode, limit int, req acquireRequest, held bool) (redislock.Result, error) {
 	if err := validKey(req.GetKey()); err != nil {
 		return redislock.Result{}, err
 	}
@@ -140,14 +150,22 @@ func (s *LockServer) acquireLimited(ctx context.Context, mode redislock.Mode, li
 		bctx, stop = s.endOnDrain(bctx)
 		defer stop()
 	}
+	owner := ownerFor(ctx, req.GetOwner())
+	booked := func(redislock.Result, error) {}
+	if held {
+		if booked, err = s.leases.reserve(ctx, req.GetKey(), owner, mode, s.limits.FairShareLeases); err != nil {
+			return redislock.Result{}, toStatus(ctx, s.log, err)
+		}
+	}
 	res, err := s.engine.Acquire(bctx, redislock.Request{
-		Key: req.GetKey(), Mode: mode, Limit: limit, Owner: ownerFor(ctx, req.GetOwner()), NewLeaseID: newLeaseIDFor(ctx),
+		Key: req.GetKey(), Mode: mode, Limit: limit, Owner: owner, NewLeaseID: newLeaseIDFor(ctx),
 		TTL: ttl, Wait: wait,
 		RequestID: requestIDFor(ctx, req.GetRequestId()),
 		// Only a call that finds the key busy and waits takes a
 		// waiter's place; one granted at once never does.
 		BeforeWait: func() (func(), error) { return s.takeWaiter(ctx) },
 	})
+	booked(res, err)
 	if err != nil && context.Cause(bctx) == errShuttingDown {
 		err = errShuttingDown
 	}
@@ -174,6 +192,9 @@ func (s *LockServer) Release(ctx context.Context, req *lockdv1.ReleaseRequest) (
 	bctx, cancel := bounded(ctx)
 	defer cancel()
 	n, err := s.engine.Release(bctx, req.GetKey(), req.GetLeaseId(), requestIDFor(ctx, req.GetRequestId()))
+	if n == 0 && (err == nil || errors.Is(err, redislock.ErrNotHeld)) {
+		s.leases.ended(ctx, req.GetLeaseId())
+	}
 	if err != nil {
 		return nil, toStatus(ctx, s.log, err)
 	}
@@ -199,9 +220,13 @@ func (s *LockServer) Renew(ctx context.Context, req *lockdv1.RenewRequest) (*loc
 	bctx, cancel := bounded(ctx)
 	defer cancel()
 	l, err := s.engine.Renew(bctx, req.GetKey(), req.GetLeaseId(), ttl)
+	if errors.Is(err, redislock.ErrNotHeld) {
+		s.leases.ended(ctx, req.GetLeaseId())
+	}
 	if err != nil {
 		return nil, toStatus(ctx, s.log, err)
 	}
+	s.leases.renewed(ctx, req.GetLeaseId(), l.TTL)
 	return &lockdv1.RenewResponse{Lease: toProto(shownOwner(ctx, l))}, nil
 }
 
@@ -237,10 +262,14 @@ func (s *LockServer) KeepAlive(req *lockdv1.KeepAliveRequest, stream lockdv1.Loc
 	})
 	keeper := s.engine.NewKeeper(req.GetKey(), req.GetLeaseId())
 	err = keeper.KeepAlive(kctx, ttl, func(l redislock.Lease) error {
+		s.leases.renewed(ctx, req.GetLeaseId(), l.TTL)
 		out.offer(toProto(shownOwner(ctx, l)))
 		return nil
 	})
 	out.stop()
+	if errors.Is(err, redislock.ErrNotHeld) {
+		s.leases.ended(ctx, req.GetLeaseId())
+	}
 	switch {
 	case context.Cause(kctx) == errShuttingDown:
 		return toStatus(ctx, s.log, errShuttingDown)
@@ -251,7 +280,11 @@ func (s *LockServer) KeepAlive(req *lockdv1.KeepAliveRequest, stream lockdv1.Loc
 		if req.GetReleaseOnClose() {
 			rctx, rcancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
 			defer rcancel()
-			switch released, err := keeper.Release(rctx); {
+			released, err := keeper.Release(rctx)
+			if released || errors.Is(err, redislock.ErrNotHeld) {
+				s.leases.ended(ctx, req.GetLeaseId())
+			}
+			switch {
 			case errors.Is(err, redislock.ErrNotHeld):
 				s.log.DebugContext(ctx, "release on close: the lease was gone already", "key", req.GetKey())
 			case err != nil:
@@ -285,16 +318,22 @@ func endOnDrain(ctx context.Context, drained context.Context) (context.Context, 
 	}
 }
 
-// limitError is a replica-wide limit, or a client's own when client is set.
+// limitError is a replica-wide limit, or a client's own when client is set
+// (its fair share of the replica's when fair is set).
 type limitError struct {
 	what   string
 	n      int
 	client string
+	fair   bool
 }
 
 func (e *limitError) Error() string {
 	if e.client != "" {
-		return "client " + strconv.Quote(e.client) + " has too many " + e.what + " on this replica (its limit " + strconv.Itoa(e.n) + "); retry later"
+		limit := "its limit "
+		if e.fair {
+			limit = "its fair share, as it has no limit of its own: "
+		}
+		return "client " + strconv.Quote(e.client) + " has too many " + e.what + " on this replica (" + limit + strconv.Itoa(e.n) + "); retry later"
 	}
 	return "too many " + e.what + " on this replica (limit " + strconv.Itoa(e.n) + "); retry later or on another replica"
 }

@@ -35,7 +35,7 @@ func (m *SemaphoreServer) Acquire(ctx context.Context, req *lockdv1.SemaphoreSer
 	case limit > MaxPermits:
 		return nil, invalid("limit must be at most %d, got %d", MaxPermits, limit)
 	}
-	res, err := m.locks.acquireLimited(ctx, redislock.Permit, int(req.GetLimit()), req)
+	res, err := m.locks.acquireHeld(ctx, redislock.Permit, int(req.GetLimit()), req)
 	if err != nil {
 		return nil, err
 	}

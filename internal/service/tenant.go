@@ -82,17 +82,48 @@ func (p *perClient) of(name string) *clientCounts {
 	return c.(*clientCounts)
 }
 
+// fairShare is the most of a replica-wide pool of max a client without a
+// limit of its own may take when two or more clients are configured: half
+// of it, so that no one client can take a pool whole.
+func fairShare(pool int) int {
+	return max(1, pool/2)
+}
+
+// clientLimit is the bound of a client with identity id on a pool of max
+// (0: none) whose own limit is own: its own when set, else its fair share
+// when it has one (FairShare and a bounded pool), else none.
+func clientLimit(id auth.Identity, own, pool int) (n int, fair bool) {
+	switch {
+	case own > 0:
+		return own, false
+	case id.FairShare && pool > 0:
+		return fairShare(pool), true
+	}
+	return 0, false
+}
+
+// watchLimit is a client's own bound on WatchAccessToken streams: its
+// watches limit, or, when it set none, its keepalives limit, which bounded
+// them before watches had a limit of their own.
+func watchLimit(l auth.Limits) int {
+	if l.Watches > 0 {
+		return l.Watches
+	}
+	return l.KeepAlives
+}
+
 // take counts one more against a replica-wide counter (bounded by max,
-// 0 meaning none) and the caller's own (bounded by its limit), or neither
-// when either is full. what names the resource in the error.
+// 0 meaning none) and the caller's own (bounded by its limit, or its fair
+// share of max), or neither when either is full. what names the resource
+// in the error.
 func take(ctx context.Context, total *atomic.Int64, max int, own func(*clientCounts) *atomic.Int64, ownLimit func(auth.Limits) int, clients *perClient, what string) (func(), error) {
 	var mine *atomic.Int64
 	if id, ok := auth.FromContext(ctx); ok {
-		if n := ownLimit(id.Limits); n > 0 {
+		if n, fair := clientLimit(id, ownLimit(id.Limits), max); n > 0 {
 			mine = own(clients.of(id.Name))
 			if mine.Add(1) > int64(n) {
 				mine.Add(-1)
-				return nil, &limitError{what: what, n: n, client: id.Name}
+				return nil, &limitError{what: what, n: n, client: id.Name, fair: fair}
 			}
 		}
 	}

@@ -19,7 +19,7 @@ import (
 	lockdv1 "github.com/lockd/lockd/gen/lockd/v1"
 	"github.com/lockd/lockd/internal/auth"
 	"github.com/lockd/lockd/internal/token"
-	"github.com/lockd/lockd/internal/wechat"
+	"github.com/lockd/lockd/internal/upstream"
 )
 
 // TokenErrorDomain is the domain of the google.rpc.ErrorInfo details that
@@ -27,8 +27,9 @@ import (
 const TokenErrorDomain = "lockd"
 
 // The reasons of TokenService's ErrorInfo details besides those of
-// (*wechat.Error).ErrorInfo (WECHAT_CREDENTIALS_REJECTED,
-// WECHAT_QUOTA_EXHAUSTED, WECHAT_UNAVAILABLE).
+// (*upstream.Error).ErrorInfo (<PROVIDER>_CREDENTIALS_REJECTED,
+// <PROVIDER>_QUOTA_EXHAUSTED, <PROVIDER>_UNAVAILABLE for WECHAT, FEISHU,
+// DINGTALK and OAUTH2).
 const (
 	// ReasonUnknownApp is the reason of NOT_FOUND for an app that is not
 	// in lockd's configuration.
@@ -45,6 +46,10 @@ const (
 	// the calling client reported as many current tokens within the hour
 	// as its refreshes_per_hour allows.
 	ReasonClientRefreshLimited = "CLIENT_REFRESH_LIMITED"
+	// ReasonUpstreamCallsLimited is the reason of RESOURCE_EXHAUSTED when
+	// the app's token (or ticket) is needed and the fleet called the
+	// upstream as often as its hourly bound allows, whatever it answered.
+	ReasonUpstreamCallsLimited = "UPSTREAM_CALLS_LIMITED"
 )
 
 const (
@@ -98,12 +103,11 @@ func (s *TokenServer) Drain() {
 }
 
 // takeWatch counts an open WatchAccessToken stream against the replica's
-// bound and the client's own (its keepalives limit, which bounds its
-// long-lived streams; watches are counted apart from its lock streams).
+// bound and the client's own (see watchLimit).
 func (s *TokenServer) takeWatch(ctx context.Context) (func(), error) {
 	return take(ctx, &s.watches, s.maxWatches,
 		func(c *clientCounts) *atomic.Int64 { return &c.watches },
-		func(l auth.Limits) int { return l.KeepAlives }, &s.clients, "WatchAccessToken streams")
+		watchLimit, &s.clients, "WatchAccessToken streams")
 }
 
 // caller is the authenticated client of ctx, as the broker limits and logs
@@ -160,10 +164,10 @@ func (s *TokenServer) RefreshAccessToken(ctx context.Context, req *lockdv1.Refre
 }
 
 // ticketTypes maps the wire's ticket types to the upstream's.
-var ticketTypes = map[lockdv1.TicketType]wechat.TicketType{
-	lockdv1.TicketType_TICKET_TYPE_JSAPI:        wechat.TicketJSAPI,
-	lockdv1.TicketType_TICKET_TYPE_WX_CARD:      wechat.TicketWXCard,
-	lockdv1.TicketType_TICKET_TYPE_AGENT_CONFIG: wechat.TicketAgentConfig,
+var ticketTypes = map[lockdv1.TicketType]upstream.TicketType{
+	lockdv1.TicketType_TICKET_TYPE_JSAPI:        upstream.TicketJSAPI,
+	lockdv1.TicketType_TICKET_TYPE_WX_CARD:      upstream.TicketWXCard,
+	lockdv1.TicketType_TICKET_TYPE_AGENT_CONFIG: upstream.TicketAgentConfig,
 }
 
 // GetTicket returns one of the app's JS-SDK tickets, cached and minted like
@@ -220,7 +224,7 @@ func (s *TokenServer) WatchAccessToken(req *lockdv1.WatchAccessTokenRequest, str
 
 // public is err's message as callers may read it: a transport failure's
 // network detail (addresses, DNS names, resolvers) goes to the log only.
-func (s *TokenServer) public(ctx context.Context, app string, err error, we *wechat.Error) string {
+func (s *TokenServer) public(ctx context.Context, app string, err error, we *upstream.Error) string {
 	msg := err.Error()
 	if we == nil || !we.Transport {
 		return msg
@@ -239,10 +243,11 @@ func validApp(app string) error {
 	return validText("app", app, maxAppBytes)
 }
 
-// status maps the broker's errors to gRPC (SPEC §3): unknown app NOT_FOUND,
-// rejected credentials FAILED_PRECONDITION, quota RESOURCE_EXHAUSTED,
+// status maps the broker's errors to gRPC (SPEC §3), alike for every
+// provider: unknown app NOT_FOUND, rejected credentials
+// FAILED_PRECONDITION, quota (and lockd's own bounds) RESOURCE_EXHAUSTED,
 // everything transient UNAVAILABLE, with a google.rpc.ErrorInfo detail
-// carrying the upstream's errcode and a google.rpc.RetryInfo detail when the
+// carrying the provider's code and a google.rpc.RetryInfo detail when the
 // fleet's next attempt is known. The rest goes through toStatus. ctx is the
 // caller's: the broker runs on a bound a little shorter (see bounded), and
 // running out of it while the caller still waits is UNAVAILABLE.
@@ -256,8 +261,8 @@ func (s *TokenServer) status(ctx context.Context, app string, err error) error {
 	if errors.Is(err, context.Canceled) || errors.Is(err, context.DeadlineExceeded) {
 		return toStatus(ctx, s.log, err)
 	}
-	var we *wechat.Error
-	upstream := errors.As(err, &we)
+	var we *upstream.Error
+	fromUpstream := errors.As(err, &we)
 	meta := map[string]string{"app": app}
 	var (
 		code   codes.Code
@@ -268,6 +273,8 @@ func (s *TokenServer) status(ctx context.Context, app string, err error) error {
 		code, reason = codes.NotFound, ReasonUnknownApp
 	case errors.Is(err, token.ErrTicketType):
 		return status.Error(codes.InvalidArgument, "type: "+err.Error())
+	case errors.Is(err, token.ErrFetchLimited):
+		code, reason = codes.ResourceExhausted, ReasonUpstreamCallsLimited
 	case errors.Is(err, token.ErrRefreshLimited), errors.Is(err, token.ErrAppRefreshLimited), errors.Is(err, token.ErrClientLimited):
 		code, reason = codes.ResourceExhausted, ReasonForceRefreshLimited
 		switch {
@@ -276,18 +283,18 @@ func (s *TokenServer) status(ctx context.Context, app string, err error) error {
 		case errors.Is(err, token.ErrClientLimited):
 			reason = ReasonClientRefreshLimited
 		}
-		if upstream {
+		if fromUpstream {
 			_, m := we.ErrorInfo()
 			maps.Copy(meta, m)
 		}
-	case upstream:
+	case fromUpstream:
 		var m map[string]string
 		reason, m = we.ErrorInfo()
 		maps.Copy(meta, m)
 		switch we.Class {
-		case wechat.ClassCredentials:
+		case upstream.ClassCredentials:
 			code = codes.FailedPrecondition
-		case wechat.ClassQuota:
+		case upstream.ClassQuota:
 			code = codes.ResourceExhausted
 		default:
 			code = codes.Unavailable

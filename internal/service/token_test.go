@@ -22,6 +22,7 @@ import (
 	"github.com/lockd/lockd/internal/testclock"
 	"github.com/lockd/lockd/internal/testlog"
 	"github.com/lockd/lockd/internal/token"
+	"github.com/lockd/lockd/internal/upstream"
 	"github.com/lockd/lockd/internal/wechat"
 	"github.com/lockd/lockd/internal/wechat/wechatfake"
 )
@@ -58,12 +59,24 @@ var tokenApps = []tokenApp{
 	{"stranger", "wx-stranger", func(base string) wechat.Config {
 		return wechat.Config{Provider: wechat.ProviderWeChat, APIBase: base, AppID: "wx-stranger", Secret: tokenSecret}
 	}},
+	{"feishu", "cli-feishu", func(base string) wechat.Config {
+		return wechat.Config{Provider: upstream.Feishu, APIBase: base, AppID: "cli-feishu", Secret: tokenSecret}
+	}},
+	{"dingtalk", "ding-app", func(base string) wechat.Config {
+		return wechat.Config{Provider: upstream.DingTalk, APIBase: base, AppID: "ding-app", Secret: tokenSecret}
+	}},
+	{"oauth2", "oauth-client", func(base string) wechat.Config {
+		return wechat.Config{Provider: upstream.OAuth2, TokenURL: base + "/oauth2/token", AppID: "oauth-client", Secret: tokenSecret}
+	}},
 }
 
 func newTokenFake(t *testing.T) *wechatfake.Server {
 	fake := wechatfake.New(wechatfake.Options{
-		Apps:  map[string]string{"wx-classic": tokenSecret, "wx-stable": tokenSecret},
-		Corps: map[string]string{"ww-corp": tokenSecret},
+		Apps:     map[string]string{"wx-classic": tokenSecret, "wx-stable": tokenSecret},
+		Corps:    map[string]string{"ww-corp": tokenSecret},
+		Feishu:   map[string]string{"cli-feishu": tokenSecret},
+		DingTalk: map[string]string{"ding-app": tokenSecret},
+		OAuth2:   map[string]string{"oauth-client": tokenSecret},
 	})
 	t.Cleanup(fake.Close)
 	return fake
@@ -268,6 +281,23 @@ func TestTokenErrorsCarryTheirCodeAndErrcode(t *testing.T) {
 		{"an upstream timeout is UNAVAILABLE without errcode", "classic",
 			func(f *wechatfake.Server) { f.SetLatency(5 * time.Second) }, token.Options{MintTimeout: 200 * time.Millisecond},
 			codes.Unavailable, "WECHAT_UNAVAILABLE", "", true},
+		{"a wrong Feishu app_secret is FAILED_PRECONDITION with code 10014", "feishu",
+			func(f *wechatfake.Server) { f.AddFeishu("cli-feishu", "rotated-secret") }, token.Options{},
+			codes.FailedPrecondition, "FEISHU_CREDENTIALS_REJECTED", "10014", true},
+		{"Feishu's rate limit is RESOURCE_EXHAUSTED with code 99991400", "feishu",
+			func(f *wechatfake.Server) {
+				f.FailNextOn("/open-apis/auth/v3/tenant_access_token/internal", 1, 99991400)
+			}, token.Options{},
+			codes.ResourceExhausted, "FEISHU_QUOTA_EXHAUSTED", "99991400", true},
+		{"a wrong DingTalk appSecret is FAILED_PRECONDITION with code invalidClientIdOrSecret", "dingtalk",
+			func(f *wechatfake.Server) { f.AddDingTalk("ding-app", "rotated-secret") }, token.Options{},
+			codes.FailedPrecondition, "DINGTALK_CREDENTIALS_REJECTED", "invalidClientIdOrSecret", true},
+		{"a wrong OAuth2 client_secret is FAILED_PRECONDITION with error invalid_client", "oauth2",
+			func(f *wechatfake.Server) { f.AddOAuth2("oauth-client", "rotated-secret") }, token.Options{},
+			codes.FailedPrecondition, "OAUTH2_CREDENTIALS_REJECTED", "invalid_client", true},
+		{"an OAuth2 server's HTTP 429 is RESOURCE_EXHAUSTED", "oauth2",
+			func(f *wechatfake.Server) { f.FailHTTPNext(1, 429) }, token.Options{},
+			codes.ResourceExhausted, "OAUTH2_QUOTA_EXHAUSTED", "", true},
 		{"an unknown app is NOT_FOUND", "nope",
 			nil, token.Options{},
 			codes.NotFound, service.ReasonUnknownApp, "", false},
@@ -413,7 +443,7 @@ func TestTokenRedisDownIsUnavailableWithoutAMintStormAfter(t *testing.T) {
 	// The stored token is served on.
 	rdb := redis.NewClient(&redis.Options{Addr: srv.Addr()})
 	defer rdb.Close()
-	if cached, err := rdb.HGet(ctx, "lockd:token:{wechat:classic:wx-classic}", "token").Result(); err != nil || cached != tok {
+	if cached, err := rdb.HGet(ctx, "lockd:token:{"+token.Identity(wechat.Config{Provider: wechat.ProviderWeChat, AppID: "wx-classic", Secret: tokenSecret})+"}", "token").Result(); err != nil || cached != tok {
 		t.Fatalf("cached token %q, %v", cached, err)
 	}
 
@@ -428,5 +458,39 @@ func TestTokenRedisDownIsUnavailableWithoutAMintStormAfter(t *testing.T) {
 	srv.Thaw()
 	if n := fake.Mints("wx-classic"); n != 1 {
 		t.Fatalf("%d mints, want 1", n)
+	}
+}
+
+// TestTokenUpstreamCallsLimitIsResourceExhausted has the fleet call the
+// upstream as often as its hourly bound allows: the next call that needs
+// it is RESOURCE_EXHAUSTED with a retry delay, and the upstream is left
+// alone.
+func TestTokenUpstreamCallsLimitIsResourceExhausted(t *testing.T) {
+	t.Parallel()
+	fake := newTokenFake(t)
+	fake.FailNext(1, -1)
+	f := startTokenFleet(t, redistest.Start(t), 2, fake, token.Options{FetchesPerHour: 1, UnavailableHold: time.Millisecond})
+	ctx := timeout(t, 30*time.Second)
+	_, err := f.clients[0].GetAccessToken(ctx, &lockdv1.GetAccessTokenRequest{App: "classic"})
+	wantCode(t, "the first call, refused by the upstream", err, codes.Unavailable)
+	time.Sleep(10 * time.Millisecond) // the failure's hold
+	_, err = f.clients[1].GetAccessToken(ctx, &lockdv1.GetAccessTokenRequest{App: "classic"})
+	st := status.Convert(err)
+	var info *errdetails.ErrorInfo
+	var retry *errdetails.RetryInfo
+	for _, d := range st.Details() {
+		switch d := d.(type) {
+		case *errdetails.ErrorInfo:
+			info = d
+		case *errdetails.RetryInfo:
+			retry = d
+		}
+	}
+	if st.Code() != codes.ResourceExhausted || info.GetReason() != service.ReasonUpstreamCallsLimited ||
+		retry.GetRetryDelay().AsDuration() <= 0 || retry.GetRetryDelay().AsDuration() > time.Hour {
+		t.Fatalf("the next call = %v %v", err, st.Details())
+	}
+	if n := fake.Mints("wx-classic"); n != 1 {
+		t.Fatalf("%d upstream calls, want 1", n)
 	}
 }

@@ -27,7 +27,9 @@ func TestWatchStreamsAreBounded(t *testing.T) {
 	b, _, _ := newBroker(t, token.Options{})
 	a, err := auth.New([]auth.Client{
 		{Name: "orders", Token: "orders-bearer-token-0123", Apps: []string{"classic"}, Limits: auth.Limits{KeepAlives: 1}},
-		{Name: "shop", Token: "shop-bearer-token-012345", Apps: []string{"classic"}},
+		// shop's own limit is above the replica's, so that the
+		// replica's is what bounds it (not its fair share).
+		{Name: "shop", Token: "shop-bearer-token-012345", Apps: []string{"classic"}, Limits: auth.Limits{Watches: 5}},
 	})
 	if err != nil {
 		t.Fatal(err)

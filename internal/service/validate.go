@@ -97,6 +97,10 @@ type Limits struct {
 	// MaxWatches bounds the WatchAccessToken streams open at once in this
 	// process (see WithMaxWatches); 0 means no bound.
 	MaxWatches int
+	// FairShareLeases bounds the leases a client without a leases limit
+	// of its own holds at once through this process, when two or more
+	// clients are configured; 0 means no bound.
+	FairShareLeases int
 }
 
 // DefaultLimits are the limits of SPEC §2.
@@ -120,7 +124,7 @@ func (l Limits) Validate() error {
 		return fmt.Errorf("default ttl %v is outside [%v, %v]", l.DefaultTTL, l.MinTTL, l.MaxTTL)
 	case l.MaxWait < 0:
 		return fmt.Errorf("max wait must not be negative, got %v", l.MaxWait)
-	case l.MaxWaiters < 0 || l.MaxKeepAlives < 0 || l.MaxWatches < 0:
+	case l.MaxWaiters < 0 || l.MaxKeepAlives < 0 || l.MaxWatches < 0 || l.FairShareLeases < 0:
 		return fmt.Errorf("limits on waiters and streams must not be negative")
 	}
 	return nil

@@ -26,7 +26,7 @@ func Example() {
 	defer tel.Shutdown(ctx)
 
 	tel.Locks().Granted(redislock.Write, 3*time.Millisecond)
-	tel.Tokens().TokenUpstreamError("wx1234", 40001)
+	tel.Tokens().TokenUpstreamError("wx1234", "40001")
 
 	rec := httptest.NewRecorder()
 	tel.MetricsHandler().ServeHTTP(rec, httptest.NewRequest(http.MethodGet, "/metrics", nil))

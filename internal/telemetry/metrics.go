@@ -2,7 +2,6 @@ package telemetry
 
 import (
 	"context"
-	"strconv"
 	"time"
 
 	"go.opentelemetry.io/otel/attribute"
@@ -63,13 +62,15 @@ func modeLabel(i int) string {
 
 // LockMetrics records the lock engine's events as lockd_lock_grants_total
 // {mode}, lockd_lock_wait_seconds {mode, outcome}, lockd_lock_hold_seconds
-// {mode} and lockd_lock_lost_total. It implements [redislock.Observer]
-// without allocating. A nil *LockMetrics records nothing.
+// {mode}, lockd_lock_lost_total and lockd_lock_data_loss_total. It
+// implements [redislock.DataLossObserver] without allocating. A nil
+// *LockMetrics records nothing.
 type LockMetrics struct {
-	grants metric.Int64Counter
-	wait   metric.Float64Histogram
-	hold   metric.Float64Histogram
-	lost   metric.Int64Counter
+	grants   metric.Int64Counter
+	wait     metric.Float64Histogram
+	hold     metric.Float64Histogram
+	lost     metric.Int64Counter
+	dataLoss metric.Int64Counter
 
 	// Precomputed per mode, so that the hot path builds no attribute sets.
 	grantOpts   [modes][]metric.AddOption
@@ -78,7 +79,7 @@ type LockMetrics struct {
 	holdOpts    [modes][]metric.RecordOption
 }
 
-var _ redislock.Observer = (*LockMetrics)(nil)
+var _ redislock.DataLossObserver = (*LockMetrics)(nil)
 
 // newLockMetrics creates the lock instruments on meter.
 func newLockMetrics(meter metric.Meter) (*LockMetrics, error) {
@@ -106,9 +107,15 @@ func newLockMetrics(meter metric.Meter) (*LockMetrics, error) {
 		metric.WithUnit("{lease}")); err != nil {
 		return nil, err
 	}
-	// Export the count from the start, at 0: an alert on its rate must not
-	// wait for the first loss to find the series.
+	if m.dataLoss, err = meter.Int64Counter("lockd.lock.data_loss",
+		metric.WithDescription("Times this replica learnt that Redis lost lockd's data (a restart without it, a failover to a lagging replica) and new grants were held back for the data-loss grace."),
+		metric.WithUnit("{event}")); err != nil {
+		return nil, err
+	}
+	// Export the counts from the start, at 0: an alert on their rate must
+	// not wait for the first event to find the series.
 	m.lost.Add(context.Background(), 0)
+	m.dataLoss.Add(context.Background(), 0)
 	for i := range modes {
 		mode := attribute.String("mode", modeLabel(i))
 		m.grantOpts[i] = []metric.AddOption{metric.WithAttributeSet(attribute.NewSet(mode))}
@@ -154,18 +161,29 @@ func (m *LockMetrics) Lost() {
 	m.lost.Add(context.Background(), 1)
 }
 
+// DataLoss counts a data loss the engine learnt of.
+func (m *LockMetrics) DataLoss() {
+	if m == nil {
+		return
+	}
+	m.dataLoss.Add(context.Background(), 1)
+}
+
 // ErrcodeTransport is the errcode label of upstream calls that got no
 // answer to read an errcode from: connection failures, timeouts, bad bodies.
 const ErrcodeTransport = "transport"
 
 // TokenMetrics records the token broker's events as
-// lockd_token_mints_total{app} and
-// lockd_token_upstream_errors_total{app,errcode}, and each app's token state
-// as the gauges of TokenState. A nil *TokenMetrics records nothing.
+// lockd_token_mints_total{app}, lockd_token_upstream_errors_total{app,errcode},
+// lockd_token_fetches_total{app,value,outcome} and
+// lockd_token_possible_mints_total{app}, and each app's token state as the
+// gauges of TokenState. A nil *TokenMetrics records nothing.
 type TokenMetrics struct {
-	mints  metric.Int64Counter
-	errors metric.Int64Counter
-	states tokenStates
+	mints    metric.Int64Counter
+	errors   metric.Int64Counter
+	fetches  metric.Int64Counter
+	possible metric.Int64Counter
+	states   tokenStates
 }
 
 // newTokenMetrics creates the token instruments on meter.
@@ -182,6 +200,16 @@ func newTokenMetrics(meter metric.Meter) (*TokenMetrics, error) {
 		metric.WithUnit("{error}")); err != nil {
 		return nil, err
 	}
+	if m.fetches, err = meter.Int64Counter("lockd.token.fetches",
+		metric.WithDescription("Calls of the upstream's token and ticket endpoints by this replica, by value (access_token or the ticket type) and outcome: new, same (the current value again), renewed (the current value with its life renewed), error, or paced (not sent: the fleet's pace or hourly bound for the value)."),
+		metric.WithUnit("{call}")); err != nil {
+		return nil, err
+	}
+	if m.possible, err = meter.Int64Counter("lockd.token.possible_mints",
+		metric.WithDescription("Token calls that got no answer after the request was sent: the upstream may have minted (counted in lockd_token_mints_today too)."),
+		metric.WithUnit("{call}")); err != nil {
+		return nil, err
+	}
 	if err := m.states.register(meter); err != nil {
 		return nil, err
 	}
@@ -196,10 +224,29 @@ func (m *TokenMetrics) TokenMinted(app string) {
 	m.mints.Add(context.Background(), 1, metric.WithAttributes(attribute.String("app", app)))
 }
 
-// TokenUpstreamError counts an upstream answer for app carrying a non-zero
-// errcode, labelled with its decimal form.
-func (m *TokenMetrics) TokenUpstreamError(app string, errcode int) {
-	m.upstreamError(app, strconv.Itoa(errcode))
+// TokenUpstreamError counts an upstream answer for app carrying an error
+// code (WeChat's errcode in decimal, OAuth2's error, ...), labelled with it.
+func (m *TokenMetrics) TokenUpstreamError(app, code string) {
+	m.upstreamError(app, code)
+}
+
+// TokenFetched counts a call of the upstream's token or ticket endpoint
+// for app's value ("access_token" or a ticket type), by outcome.
+func (m *TokenMetrics) TokenFetched(app, value, outcome string) {
+	if m == nil {
+		return
+	}
+	m.fetches.Add(context.Background(), 1, metric.WithAttributes(
+		attribute.String("app", app), attribute.String("value", value), attribute.String("outcome", outcome)))
+}
+
+// TokenPossiblyMinted counts a token call for app that got no answer
+// after its request was sent.
+func (m *TokenMetrics) TokenPossiblyMinted(app string) {
+	if m == nil {
+		return
+	}
+	m.possible.Add(context.Background(), 1, metric.WithAttributes(attribute.String("app", app)))
 }
 
 // TokenTransportError counts an upstream call for app that failed without

@@ -30,11 +30,19 @@ func TestMetricsExposition(t *testing.T) {
 	locks.Waited(redislock.Read, 5*time.Second)
 	locks.Released(redislock.Read, 3*time.Second)
 	locks.Lost()
+	locks.DataLoss()
+	locks.DataLoss()
 	tel.RegisterKeepAliveStreams(func() int64 { return 7 })
+	tel.RegisterServing(func() bool { return true })
 	tokens.TokenMinted("wxapp")
-	tokens.TokenUpstreamError("wxapp", 40001)
+	tokens.TokenUpstreamError("wxapp", "40001")
 	tokens.TokenTransportError("wxapp")
 	tokens.TokenTransportError("wxapp")
+	tokens.TokenUpstreamError("oauth", "invalid_client")
+	tokens.TokenFetched("wxapp", "access_token", "same")
+	tokens.TokenFetched("wxapp", "access_token", "same")
+	tokens.TokenFetched("wxapp", "jsapi", "new")
+	tokens.TokenPossiblyMinted("wxapp")
 	tokens.TokenState("wxapp", time.Now().Add(time.Hour), 3, 0, false)
 	tokens.TokenState("wxapp", time.Now().Add(time.Hour), -1, 2, true) // Redis away: mints unknown
 	tokens.TokenState("idle", time.Time{}, 0, 0, false)
@@ -64,9 +72,15 @@ func TestMetricsExposition(t *testing.T) {
 		{"a release observes the hold time by mode", "lockd_lock_hold_seconds", dto.MetricType_HISTOGRAM, map[string]string{"mode": "read"}, 1},
 		{"a lost lease is counted without labels", "lockd_lock_lost_total", dto.MetricType_COUNTER, map[string]string{}, 1},
 		{"the keepalive gauge reads the registered function", "lockd_keepalive_streams", dto.MetricType_GAUGE, map[string]string{}, 7},
+		{"data losses are counted without labels", "lockd_lock_data_loss_total", dto.MetricType_COUNTER, map[string]string{}, 2},
+		{"a serving replica reports 1", "lockd_serving", dto.MetricType_GAUGE, map[string]string{}, 1},
 		{"a mint is counted per app", "lockd_token_mints_total", dto.MetricType_COUNTER, map[string]string{"app": "wxapp"}, 1},
 		{"an upstream errcode is labelled in decimal", "lockd_token_upstream_errors_total", dto.MetricType_COUNTER, map[string]string{"app": "wxapp", "errcode": "40001"}, 1},
 		{"a transport failure is labelled errcode transport", "lockd_token_upstream_errors_total", dto.MetricType_COUNTER, map[string]string{"app": "wxapp", "errcode": "transport"}, 2},
+		{"a textual error code is its own label", "lockd_token_upstream_errors_total", dto.MetricType_COUNTER, map[string]string{"app": "oauth", "errcode": "invalid_client"}, 1},
+		{"fetches are counted by value and outcome", "lockd_token_fetches_total", dto.MetricType_COUNTER, map[string]string{"app": "wxapp", "value": "access_token", "outcome": "same"}, 2},
+		{"a ticket's fetches are counted apart", "lockd_token_fetches_total", dto.MetricType_COUNTER, map[string]string{"app": "wxapp", "value": "jsapi", "outcome": "new"}, 1},
+		{"a fetch left unanswered is a possible mint", "lockd_token_possible_mints_total", dto.MetricType_COUNTER, map[string]string{"app": "wxapp"}, 1},
 		{"the fleet's mints today are the last known", "lockd_token_mints_today", dto.MetricType_GAUGE, map[string]string{"app": "wxapp"}, 3},
 		{"failures in a row are the last reported", "lockd_token_refresh_failures", dto.MetricType_GAUGE, map[string]string{"app": "wxapp"}, 2},
 		{"serving from memory is 1", "lockd_token_from_memory", dto.MetricType_GAUGE, map[string]string{"app": "wxapp"}, 1},
@@ -207,7 +221,7 @@ func TestNilMetricsRecordNothing(t *testing.T) {
 	locks.Lost()
 	var tokens *TokenMetrics
 	tokens.TokenMinted("app")
-	tokens.TokenUpstreamError("app", 40001)
+	tokens.TokenUpstreamError("app", "40001")
 	tokens.TokenTransportError("app")
 }
 
@@ -241,4 +255,23 @@ func BenchmarkLockMetricsGranted(b *testing.B) {
 			m.Granted(redislock.Write, time.Millisecond)
 		}
 	})
+}
+
+// TestServingGaugeFollowsTheRegisteredFunction reads lockd_serving at each
+// scrape: absent before a function is registered, then 1 or 0 as it says.
+func TestServingGaugeFollowsTheRegisteredFunction(t *testing.T) {
+	t.Parallel()
+	tel := setup(t, Options{ServiceName: "lockd-test"})
+	if _, ok := scrape(t, tel.MetricsHandler())["lockd_serving"]; ok {
+		t.Fatal("lockd_serving exported before anything reports the health")
+	}
+	serving := true
+	tel.RegisterServing(func() bool { return serving })
+	for _, want := range []float64{1, 0, 1} {
+		serving = want == 1
+		m := find(scrape(t, tel.MetricsHandler())["lockd_serving"], map[string]string{})
+		if got := m.GetGauge().GetValue(); got != want {
+			t.Errorf("lockd_serving = %v while serving is %v", got, serving)
+		}
+	}
 }

@@ -23,10 +23,19 @@ type SecurityMetrics struct {
 	reload    metric.Int64Counter
 	config    metric.Int64Counter
 	expiry    atomic.Pointer[func() (time.Time, bool)]
+	conns     *connectionMetrics
+	redis     *redisMemoryMetrics
 }
 
 func newSecurityMetrics(meter metric.Meter) (*SecurityMetrics, error) {
 	m := &SecurityMetrics{}
+	var err error
+	if m.conns, err = newConnectionMetrics(meter); err != nil {
+		return nil, err
+	}
+	if m.redis, err = newRedisMemoryMetrics(meter); err != nil {
+		return nil, err
+	}
 	for _, c := range []struct {
 		counter           *metric.Int64Counter
 		name, desc, units string
@@ -41,7 +50,7 @@ func newSecurityMetrics(meter metric.Meter) (*SecurityMetrics, error) {
 			return nil, err
 		}
 	}
-	_, err := meter.Float64ObservableGauge("lockd.tls.certificate.expiry_timestamp",
+	_, err = meter.Float64ObservableGauge("lockd.tls.certificate.expiry_timestamp",
 		metric.WithDescription("When the served TLS certificate expires, in seconds since the Unix epoch."),
 		metric.WithUnit("s"),
 		metric.WithFloat64Callback(func(_ context.Context, o metric.Float64Observer) error {

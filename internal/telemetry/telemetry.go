@@ -99,7 +99,10 @@ type Telemetry struct {
 	tokens    *TokenMetrics
 	security  *SecurityMetrics
 	keepAlive atomic.Pointer[func() int64]
+	serving   atomic.Pointer[func() bool]
 	pools     pools
+
+	rateLimits *RateLimitMetrics
 
 	shutdownOnce sync.Once
 	shutdownErr  error
@@ -172,8 +175,11 @@ func Setup(ctx context.Context, opts Options) (*Telemetry, error) {
 
 	meter := t.mp.Meter(scopeName, metric.WithInstrumentationVersion(opts.ServiceVersion))
 	if t.locks, err = newLockMetrics(meter); err == nil {
+		t.rateLimits, err = newRateLimitMetrics(meter)
+	}
+	if err == nil {
 		if t.tokens, err = newTokenMetrics(meter); err == nil {
-			if err = t.registerKeepAliveGauge(meter); err == nil {
+			if err = t.registerGauges(meter); err == nil {
 				if err = t.registerPoolMetrics(meter); err == nil {
 					t.security, err = newSecurityMetrics(meter)
 				}
@@ -320,10 +326,26 @@ func traceConfig(endpoint string, getenv func(string) string) (tracing, error) {
 	return tracing{}, nil
 }
 
-// registerKeepAliveGauge creates lockd_keepalive_streams, read from the
-// function given to RegisterKeepAliveStreams.
-func (t *Telemetry) registerKeepAliveGauge(meter metric.Meter) error {
-	_, err := meter.Int64ObservableGauge("lockd.keepalive.streams",
+// registerGauges creates lockd_keepalive_streams and lockd_serving, read
+// from the functions given to RegisterKeepAliveStreams and RegisterServing.
+func (t *Telemetry) registerGauges(meter metric.Meter) error {
+	_, err := meter.Int64ObservableGauge("lockd.serving",
+		metric.WithDescription("1 while this replica serves, 0 while its health is NOT_SERVING (Redis does not answer, or it is shutting down)."),
+		metric.WithInt64Callback(func(_ context.Context, o metric.Int64Observer) error {
+			if f := t.serving.Load(); f != nil {
+				var v int64
+				if (*f)() {
+					v = 1
+				}
+				o.Observe(v)
+			}
+			return nil
+		}),
+	)
+	if err != nil {
+		return err
+	}
+	_, err = meter.Int64ObservableGauge("lockd.keepalive.streams",
 		metric.WithDescription("Streams that keep a lease alive or watch an election (KeepAlive, Hold, Campaign, Observe) open on this replica."),
 		metric.WithUnit("{stream}"),
 		metric.WithInt64Callback(func(_ context.Context, o metric.Int64Observer) error {
@@ -347,8 +369,23 @@ func (t *Telemetry) RegisterKeepAliveStreams(streams func() int64) {
 	t.keepAlive.Store(&streams)
 }
 
+// RegisterServing sets the function that lockd_serving reads at every
+// scrape: whether the replica's health is SERVING. It must be fast and safe
+// for concurrent use; nil removes the series.
+func (t *Telemetry) RegisterServing(serving func() bool) {
+	if serving == nil {
+		t.serving.Store(nil)
+		return
+	}
+	t.serving.Store(&serving)
+}
+
 // Locks returns the lock metrics, to pass as redislock.Options.Observer.
 func (t *Telemetry) Locks() *LockMetrics { return t.locks }
+
+// RateLimits returns the rate limit metrics, to pass as
+// ratelimit.Options.Observer.
+func (t *Telemetry) RateLimits() *RateLimitMetrics { return t.rateLimits }
 
 // Tokens returns the token broker's metrics.
 func (t *Telemetry) Tokens() *TokenMetrics { return t.tokens }

@@ -10,7 +10,7 @@ import (
 	"time"
 
 	"github.com/lockd/lockd/internal/redislock"
-	"github.com/lockd/lockd/internal/wechat"
+	"github.com/lockd/lockd/internal/upstream"
 )
 
 // app is one served app: its upstream client and keys, its access_token and
@@ -18,26 +18,28 @@ import (
 type app struct {
 	b       *Broker
 	name    string
-	client  *wechat.Client
-	id      string // the upstream account, see identity
-	fp      string // fingerprint of the credentials
+	client  upstream.Client
+	traits  upstream.Traits // of client
+	id      string          // the upstream account, see identity
+	fp      string          // fingerprint of the credentials
 	keys    appKeys
 	token   *value
-	tickets map[wechat.TicketType]*value
+	tickets map[upstream.TicketType]*value
 }
 
-func newApp(b *Broker, cfg App, client *wechat.Client, id string) *app {
+func newApp(b *Broker, cfg App, client upstream.Client, id string) *app {
 	a := &app{
 		b:       b,
 		name:    cfg.Name,
 		client:  client,
+		traits:  client.Traits(),
 		id:      id,
 		fp:      fingerprint("credentials", cfg.Upstream),
 		keys:    newAppKeys(b.opts.Prefix, id),
-		tickets: map[wechat.TicketType]*value{},
+		tickets: map[upstream.TicketType]*value{},
 	}
 	a.token = newValue(a, "")
-	for _, kind := range client.TicketTypes() {
+	for _, kind := range a.traits.TicketTypes {
 		a.tickets[kind] = newValue(a, kind)
 	}
 	return a
@@ -46,7 +48,7 @@ func newApp(b *Broker, cfg App, client *wechat.Client, id string) *app {
 // values returns the app's access_token and tickets.
 func (a *app) values() []*value {
 	out := []*value{a.token}
-	for _, kind := range a.client.TicketTypes() {
+	for _, kind := range a.traits.TicketTypes {
 		out = append(out, a.tickets[kind])
 	}
 	return out
@@ -57,8 +59,8 @@ func (a *app) values() []*value {
 type value struct {
 	a       *app
 	b       *Broker
-	ticket  wechat.TicketType // "" for the access_token
-	name    string            // for logs and errors: the app, or app/ticket
+	ticket  upstream.TicketType // "" for the access_token
+	name    string              // for logs and errors: the app, or app/ticket
 	keys    valueKeys
 	lockKey string
 	payload string // of its notices
@@ -67,21 +69,42 @@ type value struct {
 	mu      sync.Mutex
 	flights map[string]*flight
 	mem     memory
+	known   int64 // the newest version heard of, read or stored
 
 	lastTouch  atomic.Int64 // local unix nanoseconds of the last demand mark
 	fromMemory atomic.Bool
 }
 
-// memory is the last value this replica read: served while Redis cannot be
-// reached, and the reference against which a Redis clock that stepped back
-// is caught.
+// memory is the newest value this replica read or stored, as it was then:
+// served while Redis cannot be reached, the reference against which a
+// Redis clock that stepped back is caught, and what is put back should
+// Redis come back with older data.
 type memory struct {
-	token  string
-	gen    int64
-	expire time.Time // by the local clock
+	token    string
+	gen      int64
+	ver      int64
+	expire   time.Time // by the local clock
+	hi       time.Time // by the local clock
+	renew    time.Time // by the local clock; zero: a fresher value can be had any time
+	lifetime time.Duration
+	written  time.Time // by the local clock
+	day      string    // the day of mints
+	mints    int64     // the fleet's mints that day, as last read
 }
 
-func newValue(a *app, kind wechat.TicketType) *value {
+// memoryOf is what st says, by the local clock.
+func memoryOf(st state) memory {
+	local := func(t time.Time) time.Time {
+		if t.IsZero() {
+			return t
+		}
+		return st.at.Add(t.Sub(st.now))
+	}
+	return memory{token: st.token, gen: st.gen, ver: st.ver, expire: local(st.expire), hi: local(st.hi), renew: local(st.renew),
+		lifetime: st.lifetime, written: local(st.written), day: Day(st.now), mints: st.mintsToday}
+}
+
+func newValue(a *app, kind upstream.TicketType) *value {
 	v := &value{
 		a:       a,
 		b:       a.b,
@@ -106,6 +129,19 @@ type want struct {
 	cause   Cause
 	invalid string // CauseInvalid: the token the caller reported
 	caller  Caller
+	// confirmed is true for a report of a token this broker itself saw
+	// the upstream refuse (a ticket call): no earlier verdict that it was
+	// valid stands against it.
+	confirmed bool
+}
+
+// reporter names the client of a report in the verdict's record, "" for
+// other calls.
+func (w want) reporter() string {
+	if w.cause != CauseInvalid {
+		return ""
+	}
+	return w.caller.String()
 }
 
 // key names the flight that serves w: every Get shares one, every report of
@@ -201,7 +237,7 @@ func (v *value) obtain(ctx context.Context, w want) (Token, error) {
 		// Take the notice channel before reading: a value stored after
 		// the read closes it.
 		notice := v.sig.await()
-		st, err := v.read(ctx, true)
+		st, err := v.read(ctx, true, "")
 		if err != nil {
 			if tok, ok := v.remembered(""); ok {
 				return tok, nil
@@ -285,9 +321,15 @@ func (v *value) servable(st state) bool {
 
 // read runs read.lua for the value, bounded by Options.RedisTimeout. With
 // demand, it marks the value as asked for (at most every tenth of
-// IdleAfter). It reconciles what it read with this replica's memory of the
-// value and reports the access_token's state to the observer.
-func (v *value) read(ctx context.Context, demand bool) (state, error) {
+// IdleAfter); with a reporter, it tells whether the last check of a
+// reported token answered that client. It reconciles what it read with
+// this replica's memory of the value (see recover) and reports the
+// access_token's state to the observer.
+func (v *value) read(ctx context.Context, demand bool, reporter string) (state, error) {
+	return v.readOnce(ctx, demand, reporter, true)
+}
+
+func (v *value) readOnce(ctx context.Context, demand bool, reporter string, mayRecover bool) (state, error) {
 	idle := int64(0)
 	if demand && v.b.opts.IdleAfter > 0 {
 		now := time.Now().UnixNano()
@@ -298,9 +340,12 @@ func (v *value) read(ctx context.Context, demand bool) (state, error) {
 	}
 	rctx, cancel := context.WithTimeout(ctx, v.b.opts.RedisTimeout)
 	defer cancel()
+	// Only what was known before the read went can be older than what it
+	// finds: a value stored meanwhile may be heard of before the reply.
+	known := v.knownVersion()
 	at := time.Now()
 	k := v.keys
-	reply, err := readScript.Run(rctx, v.b.rdb, []string{k.value, k.failure, k.demand, k.mints(Day(at)), k.verdict}, idle).Slice()
+	reply, err := readScript.Run(rctx, v.b.rdb, []string{k.value, k.failure, k.demand, k.mints(Day(at)), k.verdict}, idle, reporter).Slice()
 	if err != nil {
 		if idle > 0 {
 			v.lastTouch.Store(0)
@@ -318,7 +363,11 @@ func (v *value) read(ctx context.Context, demand bool) (state, error) {
 	if v.b.opts.IdleAfter < 0 {
 		st.demand = true
 	}
-	v.reconcile(&st)
+	if behind := v.reconcile(&st, known); behind {
+		if st, err = v.recover(ctx, st, demand, reporter, mayRecover); err != nil {
+			return state{}, err
+		}
+	}
 	v.observe(st, false)
 	return st, nil
 }
@@ -328,17 +377,23 @@ func (v *value) read(ctx context.Context, demand bool) (state, error) {
 // than round trips of different lengths.
 const clockStepTolerance = 2 * time.Second
 
-// reconcile keeps, for a value this replica read before, the earlier of the
-// expiries it was told: should Redis's clock step back, the value would
-// otherwise seem to gain life. It then remembers the value for outages.
-func (v *value) reconcile(st *state) {
+// reconcile compares what Redis holds with this replica's memory. A
+// value older than the newest this replica knew of before the read (by
+// version) means Redis came back with older data, or lost it: reconcile
+// reports it and leaves the rest to recover. For the value it read before, it keeps the earlier
+// of the expiries it was told: should Redis's clock step back, the value
+// would otherwise seem to gain life. Otherwise it remembers the value.
+func (v *value) reconcile(st *state, known int64) (behind bool) {
 	v.mu.Lock()
 	defer v.mu.Unlock()
-	if st.token == "" {
-		return
+	if st.ver < known {
+		return true
 	}
-	local := st.at.Add(st.expire.Sub(st.now))
-	if v.mem.token == st.token && v.mem.gen == st.gen {
+	if st.token == "" {
+		return false
+	}
+	if v.mem.token == st.token && v.mem.ver == st.ver {
+		local := st.at.Add(st.expire.Sub(st.now))
 		if shift := local.Sub(v.mem.expire); shift > clockStepTolerance {
 			st.expire = st.expire.Add(-shift)
 			st.hi = st.hi.Add(-shift)
@@ -348,10 +403,74 @@ func (v *value) reconcile(st *state) {
 			if st.written.After(st.now) {
 				st.written = st.now
 			}
-			return
+			return false
 		}
 	}
-	v.mem = memory{token: st.token, gen: st.gen, expire: local}
+	v.mem = memoryOf(*st)
+	v.known = max(v.known, st.ver)
+	return false
+}
+
+// heard records a version a notice announced.
+func (v *value) heard(ver int64) {
+	v.mu.Lock()
+	v.known = max(v.known, ver)
+	v.mu.Unlock()
+}
+
+// knownVersion is the newest version this replica heard of.
+func (v *value) knownVersion() int64 {
+	v.mu.Lock()
+	defer v.mu.Unlock()
+	return max(v.known, v.mem.ver)
+}
+
+// recover answers a read that found an older value than this replica
+// knows (Redis restarted from a snapshot, failed over to a lagging
+// replica, was restored, or lost its data): the older value is never
+// served. When this replica remembers the newest value and it is still
+// good, it puts it back (one replica wins; the others find it on their
+// next read); otherwise the read reports no value, so that one replica
+// mints its successor.
+func (v *value) recover(ctx context.Context, st state, demand bool, reporter string, mayRecover bool) (state, error) {
+	v.mu.Lock()
+	m, known := v.mem, max(v.known, v.mem.ver)
+	v.mu.Unlock()
+	now := time.Now()
+	usable := m.token != "" && m.ver == known && m.expire.Sub(now) > v.b.minMargin(m.lifetime)
+	if usable && mayRecover {
+		renewIn := int64(-1)
+		if !m.renew.IsZero() {
+			renewIn = max(m.renew.Sub(now).Milliseconds(), 0)
+		}
+		mints := int64(0)
+		if m.day == Day(st.nowish()) {
+			mints = m.mints
+		}
+		k := v.keys
+		reply, err := restoreScript.Run(ctx, v.b.rdb, []string{k.value, k.mints(Day(st.nowish()))},
+			m.token, m.ver, m.expire.Sub(now).Milliseconds(), max(m.hi.Sub(now), m.expire.Sub(now)).Milliseconds(), renewIn,
+			m.lifetime.Milliseconds(), max(now.Sub(m.written), 0).Milliseconds(), keepAfterExpiry.Milliseconds(),
+			mints, counterTTL.Milliseconds(), v.a.keys.channel, v.b.publish, v.payload).Slice()
+		if err != nil {
+			return state{}, v.redisErr(err)
+		}
+		restored, _ := reply[0].(int64)
+		v.b.log.Warn("token: Redis holds an older value than this replica saw (restored from a snapshot, a lagging replica, or emptied); putting back the newest",
+			"app", v.name, "version_found", st.ver, "version_known", known, "restored_here", restored == 1)
+		// Read what is cached now: the value put back, or a newer one.
+		return v.readOnce(ctx, demand, reporter, false)
+	}
+	if mayRecover {
+		// One more look: a newer value may have been stored since.
+		return v.readOnce(ctx, demand, reporter, false)
+	}
+	if st.token != "" {
+		v.b.log.Warn("token: Redis holds an older value than this replica saw, and it knows no good one to put back; replacing it",
+			"app", v.name, "version_found", st.ver, "version_known", known)
+	}
+	st.token, st.expire, st.hi, st.renew, st.lifetime = "", time.Time{}, time.Time{}, time.Time{}, 0
+	return st, nil
 }
 
 // remembered returns the last value this replica read while it has more
@@ -369,7 +488,7 @@ func (v *value) remembered(invalid string) (Token, bool) {
 			"app", v.name, "expires_in", time.Until(m.expire).Round(time.Second).String())
 	}
 	v.observe(state{}, true)
-	return Token{AccessToken: m.token, ExpireTime: m.expire.Round(0)}, true
+	return Token{AccessToken: m.token, ExpireTime: m.expire.Round(0), ver: m.ver}, true
 }
 
 // observe reports the access_token's state after a read (st zero when

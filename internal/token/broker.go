@@ -1,7 +1,10 @@
-// Package token is lockd's access_token broker: one WeChat or WeCom
-// access_token per configured app, and the app's JS-SDK tickets, cached in
-// Redis and shared by every lockd replica, so that however many callers ask
-// at once the upstream is called once per refresh.
+// Package token is lockd's access_token broker: one access_token per
+// configured app, and the app's JS-SDK tickets, cached in Redis and shared
+// by every lockd replica, so that however many callers ask at once the
+// upstream is called once per refresh. The upstream is any provider behind
+// package upstream's seam (WeChat, WeCom, Feishu/Lark, DingTalk, OAuth2
+// client credentials); what differs between them is told by their Traits,
+// and every guarantee below holds for each.
 //
 // # How a token is served
 //
@@ -20,24 +23,45 @@
 // and, for a token handed out again, rounded: the broker keeps the earliest
 // and the latest moment it may expire, never serves it past the earliest,
 // and asks an upstream that hands out the same token again for a new one
-// only after the latest, so that each expiry costs one upstream call.
+// only after the latest, so that each expiry costs one upstream call. A
+// token handed out again with an earliest expiry past the latest one known
+// was renewed (DingTalk does so on every call; so may a proxy, or another
+// system calling the same upstream): its new life is believed, and from
+// then on it is renewed ahead. Whatever the upstream answers, the calls of
+// one value's endpoint are paced (Options.FetchInterval apart) and bounded
+// per hour (Options.FetchesPerHour) fleet-wide, so that no answer drives the
+// fleet into a loop.
+//
+// Each stored value carries a version, above every version stored before
+// and above any the storing replica heard of. A replica that reads an older
+// version than it knew of (Redis restarted from a snapshot, failed over to
+// a lagging replica, was restored, or lost its data) never serves it: it
+// puts back the newest value it remembers while that is good, or else has
+// it replaced by one mint. Watch sends values in version order.
 //
 // Refresh is a compare-and-refresh: a caller reports the token the upstream
 // rejected. If the cache holds another one, that is the answer and the
 // upstream is not called. If it holds the reported one, one replica checks
 // the report before minting: the stable API is asked in normal mode first
 // (another system sharing the appid may have replaced the token), then the
-// token is probed against getcallbackip; only a token the upstream refuses
-// is replaced (the stable API with force_refresh, within WeChat's limits).
-// The fleet shares the verdict: that a token is valid for a second after the
-// upstream first said so, doubling with each check that says so again up to
-// Options.VerifyInterval, so that a client reporting a valid token in a
-// loop costs one check per VerifyInterval. Reports
+// token is probed (WeChat and WeCom: getcallbackip); only a token the
+// upstream refuses is replaced (the stable API with force_refresh, within
+// WeChat's limits). An upstream that cannot be probed is asked for its
+// current token instead: one it hands out again is one it accepts. The
+// fleet shares the verdict: that a token is valid for a second after the
+// upstream first said so, doubling with each check that says so again up
+// to Options.VerifyInterval, so that a client reporting a valid token in a
+// loop costs one check per VerifyInterval; the verdict answers only the
+// clients whose reports it checked, and never a refusal the broker met
+// itself (a ticket call), which are checked again at once. Reports
 // that may mint are limited per calling client (Caller.RefreshesPerHour,
 // each distinct token charged once) and per app (Options.AppRefreshesPerHour),
 // and every mint is logged with the client that caused it.
 //
-// Ticket serves JS-SDK tickets the same way, fetched with the app's token.
+// Ticket serves JS-SDK tickets the same way, fetched with the app's token
+// and renewed ahead like it (whether a ticket asked for again is a new one
+// differs by provider: a ticket handed out again is asked for once more
+// halfway to its expiry).
 //
 // RunRefresher renews each app's token and tickets ahead of expiry, with
 // jitter, on whichever replica's timer fires first (the lock again decides),
@@ -53,30 +77,34 @@
 // error and no such replica calls the upstream. Holds grow exponentially
 // with failures in a row, with jitter, up to Options.MaxHold; a spent daily
 // quota (45009) holds until WeChat's day turns, probing every
-// Options.QuotaProbe. Errors are *Error values wrapping the upstream's
-// *wechat.Error. When Redis cannot be reached the broker serves the last
+// Options.QuotaProbe. A call that got no answer after its request was sent
+// counts in the day's mints: the upstream may have minted. Errors are *Error values wrapping the upstream's
+// *upstream.Error. When Redis cannot be reached the broker serves the last
 // token it read while it is valid, and mints nothing, so that no replica
 // mints behind the others' backs.
 //
 // # Redis keys
 //
 // With the default prefix "lockd", for an app whose account is ID
-// ("wechat:classic:<appid>", "wechat:stable:<appid>" or
-// "wecom:<corpid>:<digest of the corpsecret>"):
+// ("wechat:classic:<appid>:<fp>", "wechat:stable:<appid>:<fp>" or
+// "wecom:<corpid>:<fp>", where fp is a keyed digest of the secret, so that
+// a deployment with another secret never reads the account's token):
 //
 //	lockd:token:{ID}                        hash: the access_token, expire_ms, hi_ms, renew_ms,
-//	                                        lifetime_ms, written_ms, cause, gen; expires after the token
+//	                                        lifetime_ms, written_ms, cause, gen, ver; expires after the token
 //	lockd:token:{ID}:ticket:<type>          the same for a ticket
 //	…:failure:<fingerprint>                 the last failed mint with these credentials (no secret)
 //	…:demand                                present while someone asked within IdleAfter
 //	…:mints:YYYY-MM-DD                      new tokens (tickets) that day (Asia/Shanghai); kept 8 days
+//	…:fetch-gate                            present while the last upstream call is under FetchInterval old
+//	…:fetches                               upstream calls in the hour since the first
 //	lockd:token:{ID}:verdict                the fleet's verdict on the last reported token (a digest of it)
 //	lockd:token:{ID}:forces:YYYY-MM-DD      stable force_refresh calls that day; kept 8 days
 //	lockd:token:{ID}:force-gate             present while the last force_refresh is under 30 s old
 //	lockd:token:{ID}:reports:<window>       mints caused by reports in the hour
 //	lockd:token:{ID}:client:<name>:<window> reports a client made mint-worthy in the hour
 //	lockd:token:{ID}:charged:<name>:<hash>  that client was charged for that token
-//	lockd:token:{ID}:notice                 pub/sub channel: a value was stored or a mint failed
+//	lockd:token:{ID}:notice                 pub/sub channel: a value was stored (with its version) or a mint failed
 //	lockd:token:lock:{ID}…                  lockd's lock on the app (package redislock)
 //
 // No key or value holds a secret or a reported token; every key expires.
@@ -97,7 +125,7 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"github.com/lockd/lockd/internal/redislock"
-	"github.com/lockd/lockd/internal/wechat"
+	"github.com/lockd/lockd/internal/upstream"
 )
 
 var (
@@ -116,6 +144,11 @@ var (
 	// calling client reported Caller.RefreshesPerHour current tokens
 	// within the hour.
 	ErrClientLimited = errors.New("token: the client's refresh limit is reached")
+	// ErrFetchLimited is wrapped by the *Error a call gets when the value
+	// needs the upstream and the fleet called it Options.FetchesPerHour
+	// times within the hour: whatever the upstream answers, it is not
+	// called in a loop.
+	ErrFetchLimited = errors.New("token: the upstream was called as often as allowed this hour")
 	// ErrTicketType is returned by Ticket for a ticket type the app's
 	// provider does not serve.
 	ErrTicketType = errors.New("token: ticket type not served for this app")
@@ -133,6 +166,9 @@ var (
 // rejecting tokens, one client causes at most this many mints an hour.
 const DefaultRefreshesPerHour = 6
 
+// DefaultFetchesPerHour is Options.FetchesPerHour's default.
+const DefaultFetchesPerHour = 120
+
 // Token is an access_token (or ticket) as the broker hands it out.
 type Token struct {
 	// AccessToken is the token to send to the upstream's APIs (for
@@ -141,6 +177,8 @@ type Token struct {
 	// ExpireTime is the earliest the upstream may stop accepting it, by
 	// Redis's clock.
 	ExpireTime time.Time
+
+	ver int64 // the version the fleet stored it under; 0 when unknown
 }
 
 // String shows the token's length and expiry, not the token.
@@ -153,7 +191,7 @@ func (t Token) String() string {
 type Error struct {
 	// App is the app's name.
 	App string
-	// Err is the cause: the upstream's *wechat.Error, or an error wrapping
+	// Err is the cause: the upstream's *upstream.Error, or an error wrapping
 	// ErrRefreshLimited, ErrAppRefreshLimited or ErrClientLimited (and
 	// the upstream's error, when it refused).
 	Err error
@@ -259,15 +297,15 @@ func New(rdb redis.UniversalClient, apps []App, opts Options) (*Broker, error) {
 		if b.apps[a.Name] != nil {
 			return nil, fmt.Errorf("token: app %q configured twice", a.Name)
 		}
-		client, err := wechat.NewClient(a.Upstream, opts.HTTPClient)
+		client, err := newClient(a.Upstream, opts.HTTPClient)
 		if err != nil {
 			return nil, fmt.Errorf("token: app %q: %w", a.Name, err)
 		}
-		id := identity(a.Upstream)
-		if other, dup := accounts[id]; dup {
-			return nil, fmt.Errorf("token: apps %q and %q are the same upstream account (%s); configure it once", other, a.Name, id)
+		id := Identity(a.Upstream)
+		if other, dup := accounts[account(a.Upstream)]; dup {
+			return nil, fmt.Errorf("token: apps %q and %q are the same upstream account (%s); configure it once", other, a.Name, account(a.Upstream))
 		}
-		accounts[id] = a.Name
+		accounts[account(a.Upstream)] = a.Name
 		b.apps[a.Name] = newApp(b, a, client, id)
 	}
 	b.ctx, b.cancel = context.WithCancel(context.Background())
@@ -384,16 +422,19 @@ func (b *Broker) Refresh(ctx context.Context, app, invalidToken string, caller C
 }
 
 // Ticket returns the app's ticket of kind (WeChat: jsapi, wx_card; WeCom:
-// jsapi, agent_config), fetched with the app's token and cached, single
-// flighted and renewed like it. A kind the provider does not serve is
-// ErrTicketType.
-func (b *Broker) Ticket(ctx context.Context, app string, kind wechat.TicketType, caller Caller) (Token, error) {
+// jsapi, agent_config; the other providers have none), fetched with the
+// app's token and cached, single flighted and renewed like it. A kind the
+// provider does not serve is ErrTicketType.
+func (b *Broker) Ticket(ctx context.Context, app string, kind upstream.TicketType, caller Caller) (Token, error) {
 	a, err := b.app(app)
 	if err != nil {
 		return Token{}, err
 	}
 	r := a.tickets[kind]
-	if r == nil {
+	switch {
+	case r == nil && len(a.traits.TicketTypes) == 0:
+		return Token{}, fmt.Errorf("%w: %s apps have no tickets", ErrTicketType, a.client.Provider())
+	case r == nil:
 		return Token{}, fmt.Errorf("%w: %q is not a ticket type of %s apps (want %s)",
 			ErrTicketType, kind, a.client.Provider(), ticketTypes(a))
 	}
@@ -401,17 +442,17 @@ func (b *Broker) Ticket(ctx context.Context, app string, kind wechat.TicketType,
 }
 
 // TicketTypes returns the ticket types app serves.
-func (b *Broker) TicketTypes(app string) ([]wechat.TicketType, error) {
+func (b *Broker) TicketTypes(app string) ([]upstream.TicketType, error) {
 	a, err := b.app(app)
 	if err != nil {
 		return nil, err
 	}
-	return a.client.TicketTypes(), nil
+	return a.traits.TicketTypes, nil
 }
 
 func ticketTypes(a *app) string {
 	var names []string
-	for _, t := range a.client.TicketTypes() {
+	for _, t := range a.traits.TicketTypes {
 		names = append(names, string(t))
 	}
 	return strings.Join(names, " or ")
@@ -464,6 +505,6 @@ func jitter(d time.Duration) time.Duration {
 
 type nopObserver struct{}
 
-func (nopObserver) TokenMinted(string)             {}
-func (nopObserver) TokenUpstreamError(string, int) {}
-func (nopObserver) TokenTransportError(string)     {}
+func (nopObserver) TokenMinted(string)                {}
+func (nopObserver) TokenUpstreamError(string, string) {}
+func (nopObserver) TokenTransportError(string)        {}

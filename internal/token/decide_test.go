@@ -191,7 +191,7 @@ func TestKeysNameTheAccountNeverTheSecret(t *testing.T) {
 	corpB.Secret = "agent-b"
 	ids := map[string]bool{}
 	for _, cfg := range []wechat.Config{classic, stable, corpA, corpB} {
-		id := identity(cfg)
+		id := Identity(cfg)
 		if ids[id] {
 			t.Fatalf("two accounts share the identity %q", id)
 		}
@@ -202,12 +202,16 @@ func TestKeysNameTheAccountNeverTheSecret(t *testing.T) {
 			}
 		}
 	}
-	if identity(classic) != "wechat:classic:wx1" || identity(stable) != "wechat:stable:wx1" {
-		t.Fatalf("identities %q, %q", identity(classic), identity(stable))
+	if !strings.HasPrefix(Identity(classic), "wechat:classic:wx1:") || !strings.HasPrefix(Identity(stable), "wechat:stable:wx1:") {
+		t.Fatalf("identities %q, %q", Identity(classic), Identity(stable))
 	}
 	rotated := classic
 	rotated.Secret = "rotated"
-	if identity(rotated) != identity(classic) || fingerprint("credentials", rotated) == fingerprint("credentials", classic) {
-		t.Fatal("a new secret must keep the cache and change the failure records' scope")
+	if Identity(rotated) == Identity(classic) || fingerprint("credentials", rotated) == fingerprint("credentials", classic) {
+		t.Fatal("another secret must key another cache and scope other failure records")
+	}
+	// Every replica, of every version, must key the account alike.
+	if got := Identity(classic); got != "wechat:classic:wx1:a418dcd60039" {
+		t.Fatalf("Identity(classic) = %q: replicas of another version would not share the cache", got)
 	}
 }

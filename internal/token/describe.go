@@ -38,7 +38,7 @@ func (b *Broker) Describe(ctx context.Context, app string) (AppState, error) {
 		return AppState{}, err
 	}
 	v := a.token
-	st, err := v.read(ctx, false)
+	st, err := v.read(ctx, false, "")
 	if err != nil {
 		return AppState{}, err
 	}

@@ -82,9 +82,14 @@ func TestExpiryCyclesCostOneCallAndNoErrors(t *testing.T) {
 		// renewal ahead gets the same token, the next one a new token.
 		{"stable in normal mode without a successor before expiry", 1, "",
 			wechatfake.Options{StableLastWindow: -1, Rounding: wechatfake.RoundUp}, 2},
+		// Whether a ticket asked for again is a new one differs by
+		// provider: lockd tries ahead of expiry, and once more after it
+		// when the upstream handed out the same one.
 		{"WeCom's agent_config ticket, fetched with a token of the same lifetime", 2, wechat.TicketAgentConfig,
-			wechatfake.Options{Rounding: wechatfake.RoundUp}, 1},
-		{"WeChat's jsapi ticket", 0, wechat.TicketJSAPI, wechatfake.Options{}, 1},
+			wechatfake.Options{Rounding: wechatfake.RoundUp}, 2},
+		{"WeChat's jsapi ticket", 0, wechat.TicketJSAPI, wechatfake.Options{}, 2},
+		{"WeChat's jsapi ticket from an upstream handing out a new one in its last seconds", 0, wechat.TicketJSAPI,
+			wechatfake.Options{TicketFreshWindow: 1500 * time.Millisecond}, 1},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {

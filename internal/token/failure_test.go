@@ -35,8 +35,9 @@ func TestAReplicaWithAnOldSecretDoesNotBlockTheOthers(t *testing.T) {
 	if got, err := good[1].Get(ctx, "classic", anyone); err != nil || got != tok {
 		t.Fatalf("another replica with the right secret: %v, %v", got, err)
 	}
-	// The replica with the old secret serves the token the others minted.
-	if got, err := bad.Get(ctx, "classic", anyone); err != nil || got != tok {
+	// The replica with the old secret never serves the token the others
+	// minted: it does not prove it knows the account.
+	if got, err := bad.Get(ctx, "classic", anyone); !errors.Is(err, wechat.ErrCredentials) {
 		t.Fatalf("the replica with the old secret, once a token is cached: %v, %v", got, err)
 	}
 }
@@ -153,7 +154,7 @@ func TestCloseLetsTheMintUnderWayStoreAndRelease(t *testing.T) {
 	}
 	locks := redislock.New(f.rdb, redislock.Options{Prefix: "lockd:token:lock"})
 	defer locks.Close()
-	if res, err := locks.Acquire(ctx, redislock.Request{Key: "wechat:classic:wx-classic", Mode: redislock.Write, TTL: time.Second}); err != nil || !res.Acquired {
+	if res, err := locks.Acquire(ctx, redislock.Request{Key: classicID, Mode: redislock.Write, TTL: time.Second}); err != nil || !res.Acquired {
 		t.Fatalf("Close returned with the lock still held: %v, %v", res, err)
 	}
 	wg.Wait()
@@ -242,7 +243,44 @@ func TestARedisBlipServesTheLastGoodTokenFromMemory(t *testing.T) {
 			return err == nil && !mem
 		})
 	}
-	if n := fake.Mints("wx-classic"); n != 2 {
-		t.Fatalf("%d mints, want 2 (the first, and one after Redis came back empty): nothing is minted while Redis is away", n)
+	// Redis came back empty: the replica put back the token it knew,
+	// rather than minting (nothing is minted while Redis is away either).
+	if n := fake.Mints("wx-classic"); n != 1 {
+		t.Fatalf("%d mints, want 1: the token the replica knew was not put back", n)
+	}
+	if cached, err := srv.Client(t).HGet(ctx, classicKey, "token").Result(); err != nil || cached != t1.AccessToken {
+		t.Fatalf("cached %q, %v once Redis came back empty; want the token put back", cached, err)
+	}
+	if n, err := b.MintsOn(ctx, "classic", time.Now()); err != nil || n != 1 {
+		t.Fatalf("MintsOn = %d, %v once Redis came back empty; want the count put back too", n, err)
+	}
+}
+
+// TestATimedOutMintIsCountedAsAPossibleMint has the upstream mint but lose
+// its answer past lockd's timeout: the day's mint count includes it, since
+// the quota was spent all the same.
+func TestATimedOutMintIsCountedAsAPossibleMint(t *testing.T) {
+	t.Parallel()
+	fake := newFake(t, wechatfake.Options{})
+	f := newFleet(t, redistest.Start(t), 1, apps(fake)[:1], token.Options{MintTimeout: 300 * time.Millisecond, UnavailableHold: 50 * time.Millisecond})
+	ctx := timeout(t, time.Minute)
+	b := f.brokers[0]
+	fake.SetReplyDelay(2 * time.Second)
+	if tok, err := b.Get(ctx, "classic", anyone); err == nil {
+		t.Fatalf("Get = %v with the answer lost", tok)
+	}
+	waitFor(t, "the upstream's mint", func() bool { return fake.Issued("wx-classic") == 1 })
+	fake.SetReplyDelay(0)
+	var tok token.Token
+	waitFor(t, "a token once the hold ends", func() bool {
+		var err error
+		tok, err = b.Get(ctx, "classic", anyone)
+		return err == nil
+	})
+	if !fake.Valid(tok.AccessToken) || fake.Issued("wx-classic") != 2 {
+		t.Fatalf("got %v; %d tokens issued, want 2", tok, fake.Issued("wx-classic"))
+	}
+	if n, err := b.MintsOn(ctx, "classic", time.Now()); err != nil || n != 2 {
+		t.Fatalf("MintsOn = %d, %v; want 2: the upstream minted twice", n, err)
 	}
 }

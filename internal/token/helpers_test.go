@@ -17,6 +17,7 @@ import (
 	"github.com/lockd/lockd/internal/testclock"
 	"github.com/lockd/lockd/internal/testlog"
 	"github.com/lockd/lockd/internal/token"
+	"github.com/lockd/lockd/internal/upstream"
 	"github.com/lockd/lockd/internal/wechat"
 	"github.com/lockd/lockd/internal/wechat/wechatfake"
 )
@@ -24,15 +25,18 @@ import (
 // The secrets of the test apps: characters that URL and JSON encoding
 // change, so that every spelling of them can be looked for.
 const (
-	classicSecret = "classic-S3cr3t/+&=%"
-	stableSecret  = "stable-S3cr3t/+&=%"
-	wecomSecret   = "wecom-S3cr3t/+&=%"
+	classicSecret  = "classic-S3cr3t/+&=%"
+	stableSecret   = "stable-S3cr3t/+&=%"
+	wecomSecret    = "wecom-S3cr3t/+&=%"
+	feishuSecret   = "feishu-S3cr3t/+&=%"
+	dingtalkSecret = "dingtalk-S3cr3t/+&=%"
+	oauth2Secret   = "oauth2-S3cr3t/+&=%"
 )
 
 // secretForms returns every spelling of the test secrets that could leak.
 func secretForms() []string {
 	var out []string
-	for _, s := range []string{classicSecret, stableSecret, wecomSecret} {
+	for _, s := range []string{classicSecret, stableSecret, wecomSecret, feishuSecret, dingtalkSecret, oauth2Secret} {
 		out = append(out, s, url.QueryEscape(s), url.PathEscape(s))
 	}
 	return out
@@ -45,25 +49,73 @@ type provider struct {
 	secret string
 	config func(apiBase string) wechat.Config
 	path   string // the token endpoint
+	// probe is true when the upstream can be asked whether it accepts a
+	// token without minting (WeChat, WeCom).
+	probe bool
+}
+
+// app is the broker's app of p on fake.
+func (p provider) app(fake *wechatfake.Server) token.App {
+	return token.App{Name: p.name, Upstream: p.config(fake.URL())}
+}
+
+// key is the Redis key of p's cached token on fake under the default
+// prefix (an OAuth2 client's tokens differ by token_url).
+func (p provider) key(fake *wechatfake.Server) string {
+	return "lockd:token:{" + token.Identity(p.config(fake.URL())) + "}"
+}
+
+// issued is how many distinct tokens fake minted for p.
+func (p provider) issued(fake *wechatfake.Server) int { return fake.Issued(p.id) }
+
+// reject makes the upstream refuse tok the way each API would: the classic
+// and stable token endpoints keep handing out what they have (so only the
+// check tells, and the stable API needs force_refresh); the others drop the
+// token and mint a new one on the next call.
+func (p provider) reject(fake *wechatfake.Server, tok string) {
+	switch p.name {
+	case "classic", "stable":
+		fake.Reject(tok)
+	default:
+		fake.RevokeTokens(p.id)
+	}
 }
 
 var providers = []provider{
 	{"classic", "wx-classic", classicSecret, func(base string) wechat.Config {
 		return wechat.Config{Provider: wechat.ProviderWeChat, TokenAPI: wechat.TokenAPIClassic, APIBase: base, AppID: "wx-classic", Secret: classicSecret}
-	}, "/cgi-bin/token"},
+	}, "/cgi-bin/token", true},
 	{"stable", "wx-stable", stableSecret, func(base string) wechat.Config {
 		return wechat.Config{Provider: wechat.ProviderWeChat, TokenAPI: wechat.TokenAPIStable, APIBase: base, AppID: "wx-stable", Secret: stableSecret}
-	}, "/cgi-bin/stable_token"},
+	}, "/cgi-bin/stable_token", true},
 	{"wecom", "ww-corp", wecomSecret, func(base string) wechat.Config {
 		return wechat.Config{Provider: wechat.ProviderWeCom, APIBase: base, AppID: "ww-corp", Secret: wecomSecret}
-	}, "/cgi-bin/gettoken"},
+	}, "/cgi-bin/gettoken", true},
 }
 
-// The keys of the classic and stable apps' cached tokens (WeCom's name a
-// digest of the corpsecret).
-const (
-	classicKey = "lockd:token:{wechat:classic:wx-classic}"
-	stableKey  = "lockd:token:{wechat:stable:wx-stable}"
+// others are the providers beyond WeChat, held to the same guarantees.
+var others = []provider{
+	{"feishu", "cli-feishu", feishuSecret, func(base string) wechat.Config {
+		return wechat.Config{Provider: upstream.Feishu, APIBase: base, AppID: "cli-feishu", Secret: feishuSecret}
+	}, "/open-apis/auth/v3/tenant_access_token/internal", false},
+	{"dingtalk", "ding-app", dingtalkSecret, func(base string) wechat.Config {
+		return wechat.Config{Provider: upstream.DingTalk, APIBase: base, AppID: "ding-app", Secret: dingtalkSecret}
+	}, "/v1.0/oauth2/accessToken", false},
+	{"oauth2", "oauth-client", oauth2Secret, func(base string) wechat.Config {
+		return wechat.Config{Provider: upstream.OAuth2, TokenURL: base + "/oauth2/token", AppID: "oauth-client", Secret: oauth2Secret,
+			Scope: "tokens.read", Audience: "https://api.example.com"}
+	}, "/oauth2/token", false},
+}
+
+// guaranteed returns every provider the fleet guarantees hold for.
+func guaranteed() []provider { return append(append([]provider(nil), providers...), others...) }
+
+// The identities of the classic and stable apps (provider, API, appid and a
+// fingerprint of the secret), and the keys of their cached tokens.
+var (
+	classicID  = token.Identity(providers[0].config(""))
+	classicKey = "lockd:token:{" + classicID + "}"
+	stableKey  = "lockd:token:{" + token.Identity(providers[1].config("")) + "}"
 )
 
 // anyone is the caller of tests that do not look at callers.
@@ -74,6 +126,11 @@ func newFake(t *testing.T, opts wechatfake.Options) *wechatfake.Server {
 	t.Helper()
 	opts.Apps = map[string]string{"wx-classic": classicSecret, "wx-stable": stableSecret}
 	opts.Corps = map[string]string{"ww-corp": wecomSecret}
+	opts.Feishu = map[string]string{"cli-feishu": feishuSecret}
+	opts.DingTalk = map[string]string{"ding-app": dingtalkSecret}
+	opts.OAuth2 = map[string]string{"oauth-client": oauth2Secret}
+	opts.OAuth2Audience = "https://api.example.com"
+	opts.OAuth2Scopes = []string{"tokens.read"}
 	fake := wechatfake.New(opts)
 	t.Cleanup(fake.Close)
 	return fake
@@ -220,11 +277,11 @@ type observer struct {
 	mints  map[string]int                 // by app
 	causes map[string]map[token.Cause]int // by app
 	errors map[string]int                 // by app
-	codes  map[int]int                    // by errcode, 0 = transport
+	codes  map[string]int                 // by error code, "" = transport
 }
 
 func newObserver() *observer {
-	return &observer{mints: map[string]int{}, causes: map[string]map[token.Cause]int{}, errors: map[string]int{}, codes: map[int]int{}}
+	return &observer{mints: map[string]int{}, causes: map[string]map[token.Cause]int{}, errors: map[string]int{}, codes: map[string]int{}}
 }
 
 func (o *observer) TokenMinted(app string) {
@@ -242,14 +299,14 @@ func (o *observer) TokenMintedBecause(app string, c token.Cause) {
 	o.causes[app][c]++
 }
 
-func (o *observer) TokenUpstreamError(app string, errcode int) {
+func (o *observer) TokenUpstreamError(app, code string) {
 	o.mu.Lock()
 	defer o.mu.Unlock()
 	o.errors[app]++
-	o.codes[errcode]++
+	o.codes[code]++
 }
 
-func (o *observer) TokenTransportError(app string) { o.TokenUpstreamError(app, 0) }
+func (o *observer) TokenTransportError(app string) { o.TokenUpstreamError(app, "") }
 
 func (o *observer) minted(app string, c token.Cause) int {
 	o.mu.Lock()

@@ -1,6 +1,7 @@
 package token_test
 
 import (
+	"errors"
 	"strings"
 	"testing"
 	"time"
@@ -43,8 +44,8 @@ func TestEveryKeyAndChannelIsUnderThePrefix(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer other.Close()
-	if _, err := other.Refresh(ctx, "classic", "whatever", anyone); err != nil {
-		t.Fatal(err) // a stale report: the cached token
+	if _, err := other.Refresh(ctx, "classic", "whatever", anyone); !errors.Is(err, wechat.ErrUnavailable) {
+		t.Fatal(err) // its own cache is empty: a mint, failed and recorded
 	}
 
 	keys, err := f.rdb.Keys(ctx, "*").Result()
@@ -96,4 +97,35 @@ func TestConfigurationsSharingARedisKeepTheirAccountsApart(t *testing.T) {
 	if t3, err := alias.Get(ctx, "alias", anyone); err != nil || t3 != t1 || fake.Mints("wx-classic") != 1 {
 		t.Fatalf("the same account under another name: %v, %v; %d mints", t3, err, fake.Mints("wx-classic"))
 	}
+}
+
+// TestADeploymentWithAnotherSecretNeverReadsTheToken runs a deployment that
+// knows only the public appid, with a wrong secret, on the Redis and prefix
+// of one that knows the secret: it never gets the first one's token.
+func TestADeploymentWithAnotherSecretNeverReadsTheToken(t *testing.T) {
+	t.Parallel()
+	srv := redistest.Start(t)
+	fake := newFake(t, wechatfake.Options{})
+	ctx := timeout(t, 30*time.Second)
+	for _, p := range providers {
+		t.Run(p.name, func(t *testing.T) {
+			right := []token.App{{Name: p.name, Upstream: p.config(fake.URL())}}
+			wrong := []token.App{{Name: p.name, Upstream: p.config(fake.URL())}}
+			wrong[0].Upstream.Secret = "guessed-" + p.secret
+			owner := newFleet(t, srv, 1, right, token.Options{}).brokers[0]
+			intruder := newFleet(t, srv, 1, wrong, token.Options{}).brokers[0]
+			tok, err := owner.Get(ctx, p.name, anyone)
+			if err != nil {
+				t.Fatal(err)
+			}
+			got, err := intruder.Get(ctx, p.name, anyone)
+			if err == nil || got.AccessToken == tok.AccessToken {
+				t.Fatalf("a deployment with a wrong secret got %v, %v: the owner's token", got, err)
+			}
+			if !errors.Is(err, wechat.ErrCredentials) {
+				t.Fatalf("a deployment with a wrong secret: %v, want the upstream's refusal", err)
+			}
+		})
+	}
+	assertRedisClean(t, ctx, srv.Client(t))
 }

@@ -2,6 +2,8 @@ package token
 
 import (
 	"context"
+	"strconv"
+	"strings"
 	"sync"
 
 	"github.com/redis/go-redis/v9"
@@ -35,7 +37,9 @@ func (s *signal) fire() {
 // notifier keeps the pub/sub subscriptions to the apps' channels: one
 // connection for all apps on a single Redis, one per app on Redis Cluster
 // (sharded pub/sub pins a connection to the slot of its channels). A notice
-// names the value (the token, or a ticket) that changed. go-redis
+// names the value (the token, or a ticket) that changed, and for a value
+// stored its version ("token@<version>"), which the replica records as the
+// newest it heard of. go-redis
 // reconnects and resubscribes by itself; every (re)subscription wakes all
 // of the app's waiters, since notices may have been lost meanwhile.
 type notifier struct {
@@ -107,8 +111,13 @@ func (n *notifier) run(rdb redis.UniversalClient, sharded bool, channels []strin
 			if a == nil {
 				continue
 			}
+			// "<value>" or "<value>@<version>" for a value stored.
+			payload, version, _ := strings.Cut(m.Payload, "@")
 			for _, v := range a.values() {
-				if v.payload == m.Payload {
+				if v.payload == payload {
+					if ver, err := strconv.ParseInt(version, 10, 64); err == nil {
+						v.heard(ver)
+					}
 					v.sig.fire()
 				}
 			}

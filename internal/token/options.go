@@ -5,7 +5,7 @@ import (
 	"net/http"
 	"time"
 
-	"github.com/lockd/lockd/internal/wechat"
+	"github.com/lockd/lockd/internal/upstream"
 )
 
 // Caller is who asks: the authenticated client, which reports are limited
@@ -39,11 +39,25 @@ type Observer interface {
 	// handed out and the broker stored.
 	TokenMinted(app string)
 	// TokenUpstreamError is called when the upstream answered a call
-	// (token, ticket or probe) with a non-zero errcode it should not have.
-	TokenUpstreamError(app string, errcode int)
-	// TokenTransportError is called when an upstream call got no errcode:
-	// connection failures, timeouts, HTTP errors, unusable bodies.
+	// (token, ticket or probe) with an error code (see
+	// upstream.Error.CodeText).
+	TokenUpstreamError(app, code string)
+	// TokenTransportError is called when an upstream call got no error
+	// code: connection failures, timeouts, HTTP errors, unusable bodies.
 	TokenTransportError(app string)
+}
+
+// FetchObserver may be implemented by an Observer that also wants every
+// call of the upstream's token and ticket endpoints counted.
+type FetchObserver interface {
+	// TokenFetched is called for each call for app's value
+	// ("access_token" or a ticket type) with its outcome: "new", "same",
+	// "renewed", "error", or "paced" for a call the fleet's pace or hourly
+	// bound held back.
+	TokenFetched(app, value, outcome string)
+	// TokenPossiblyMinted is called for a token call that got no answer
+	// after its request was sent: the upstream may have minted.
+	TokenPossiblyMinted(app string)
 }
 
 // CauseObserver may be implemented by an Observer that also wants to know
@@ -72,7 +86,7 @@ type App struct {
 	// characters without braces (lockd's config allows fewer).
 	Name string
 	// Upstream is how to mint the app's tokens.
-	Upstream wechat.Config
+	Upstream upstream.Config
 }
 
 // Options tune a Broker. The zero value is ready to use; zero fields take
@@ -145,6 +159,16 @@ type Options struct {
 	AppRefreshesPerHour int
 	// RefreshWindow is the window of the refresh limits; default an hour.
 	RefreshWindow time.Duration
+	// FetchInterval is the least time between two calls of the upstream's
+	// token (or ticket) endpoint for one value, fleet-wide, whatever the
+	// upstream answered before; default 1s, negative none.
+	FetchInterval time.Duration
+	// FetchesPerHour bounds the calls of the upstream's token (or ticket)
+	// endpoint for one value per hour, fleet-wide, counted from the first;
+	// beyond it calls that need the upstream get ErrFetchLimited. Default
+	// 120 (an app needs about one an hour, and reports at most
+	// AppRefreshesPerHour more), negative no bound.
+	FetchesPerHour int
 	// ForceRefreshPerDay bounds stable force_refresh calls per app per day
 	// (WeChat allows 20); default 20, negative means no bound.
 	ForceRefreshPerDay int
@@ -170,7 +194,7 @@ func (o Options) withDefaults() Options {
 	if o.Prefix == "" {
 		o.Prefix = "lockd"
 	}
-	def(&o.MintTimeout, wechat.DefaultTimeout)
+	def(&o.MintTimeout, upstream.DefaultTimeout)
 	def(&o.MintLockTTL, 3*time.Second)
 	def(&o.MinMargin, 500*time.Millisecond)
 	def(&o.ExpirySlack, time.Second)
@@ -186,6 +210,16 @@ func (o Options) withDefaults() Options {
 	def(&o.VerifyInterval, 30*time.Second)
 	def(&o.RefreshWindow, time.Hour)
 	def(&o.ForceRefreshInterval, 30*time.Second)
+	def(&o.FetchInterval, time.Second)
+	if o.FetchInterval < 0 {
+		o.FetchInterval = 0
+	}
+	switch {
+	case o.FetchesPerHour == 0:
+		o.FetchesPerHour = DefaultFetchesPerHour
+	case o.FetchesPerHour < 0:
+		o.FetchesPerHour = 0
+	}
 	if o.ExpirySlack < 0 {
 		o.ExpirySlack = 0
 	}

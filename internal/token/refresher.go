@@ -66,7 +66,7 @@ type refresh struct {
 // long to sleep before the next step.
 func (r *refresh) step(ctx context.Context) time.Duration {
 	v := r.v
-	st, err := v.read(ctx, false)
+	st, err := v.read(ctx, false, "")
 	if err != nil {
 		return r.backoff(ctx, err)
 	}

@@ -9,7 +9,7 @@ import (
 
 	"github.com/redis/go-redis/v9"
 
-	"github.com/lockd/lockd/internal/wechat"
+	"github.com/lockd/lockd/internal/upstream"
 )
 
 // The kinds of a limited verdict, as stored.
@@ -28,7 +28,7 @@ func (v *value) obtainReport(ctx context.Context, w want) (Token, error) {
 	charged := false
 	for {
 		notice := v.sig.await()
-		st, err := v.read(ctx, true)
+		st, err := v.read(ctx, true, w.reporter())
 		if err != nil {
 			if tok, ok := v.remembered(w.invalid); ok {
 				return tok, nil
@@ -59,7 +59,11 @@ func (v *value) obtainReport(ctx context.Context, w want) (Token, error) {
 
 // decided answers a report of the cached token from the fleet's verdict on
 // it: accepted by the upstream lately (see trust), or not replaceable until
-// a limit ends.
+// a limit ends. The upstream's word that a token is valid answers only
+// reports of the clients whose reports it checked: another client's report
+// is checked again at once, since a token that died is reported by every
+// client using it, and a client looping on a valid token is one client.
+// Nor does it answer a report of a refusal this broker saw itself.
 func (v *value) decided(st state, w want) (Token, error, bool) {
 	vd := st.verdict
 	if vd.hash != tokenHash(w.invalid) {
@@ -67,7 +71,7 @@ func (v *value) decided(st state, w want) (Token, error, bool) {
 	}
 	now := v.b.opts.Now()
 	switch {
-	case vd.kind == verdictValid && now.Sub(vd.at) < v.trust(vd.count):
+	case vd.kind == verdictValid && !w.confirmed && st.reporterKnown && now.Sub(vd.at) < v.trust(vd.count):
 		return st.result(), nil, true
 	case strings.HasPrefix(vd.kind, verdictLimited) && now.Before(vd.until):
 		sentinel := ErrRefreshLimited
@@ -76,7 +80,7 @@ func (v *value) decided(st state, w want) (Token, error, bool) {
 		}
 		var cause error = errors.New(vd.why)
 		if vd.errcode != 0 {
-			cause = &wechat.Error{Class: wechat.ClassQuota, Errcode: vd.errcode, Errmsg: vd.why, Endpoint: v.a.client.Endpoint()}
+			cause = &upstream.Error{Provider: v.a.client.Provider(), Class: upstream.ClassQuota, Errcode: vd.errcode, Errmsg: vd.why, Endpoint: v.a.client.Endpoint()}
 		}
 		return Token{}, &Error{App: v.name, Err: fmt.Errorf("%w: %w", sentinel, cause), RetryAfter: vd.until.Sub(now), Recorded: true}, true
 	}
@@ -137,7 +141,10 @@ func (v *value) leadReport(ctx context.Context, st state, w want) (Token, error)
 		return Token{}, errWait
 	}
 	client := v.a.client
-	if client.ForceRefreshes() {
+	if !v.a.traits.Probe {
+		return v.leadReportByFetch(ctx, st, w)
+	}
+	if v.a.traits.ForceRefresh {
 		// The stable API: another system sharing the appid may have
 		// replaced the token, and normal mode hands out its successor.
 		got, err := v.fetch(ctx, w, false)
@@ -148,18 +155,14 @@ func (v *value) leadReport(ctx context.Context, st state, w want) (Token, error)
 		if err != nil || tok.AccessToken != w.invalid {
 			return tok, err
 		}
-		if st, err = v.read(ctx, false); err != nil {
+		if st, err = v.read(ctx, false, w.reporter()); err != nil {
 			return Token{}, err
 		}
 	}
 	ok, err := client.Probe(ctx, w.invalid)
 	switch {
 	case err == nil && ok:
-		count := 1
-		if vd := st.verdict; vd.hash == tokenHash(w.invalid) && vd.kind == verdictValid {
-			count = vd.count + 1
-		}
-		v.setVerdict(ctx, w.invalid, verdict{kind: verdictValid, count: count})
+		v.trusted(ctx, st, w)
 		v.b.log.Info("token: the upstream still accepts the reported token; not replaced", "app", v.name, "client", w.caller.String())
 		return st.result(), nil
 	case err != nil && ctx.Err() != nil:
@@ -171,7 +174,7 @@ func (v *value) leadReport(ctx context.Context, st state, w want) (Token, error)
 	if err := v.takeAppBudget(ctx, w); err != nil {
 		return Token{}, err
 	}
-	force := client.ForceRefreshes()
+	force := v.a.traits.ForceRefresh
 	if force {
 		if lim, err := v.allowForce(ctx, w, st.nowish()); lim != nil || err != nil {
 			if lim != nil {
@@ -182,11 +185,11 @@ func (v *value) leadReport(ctx context.Context, st state, w want) (Token, error)
 	}
 	got, err := v.fetch(ctx, w, force)
 	if err != nil {
-		var we *wechat.Error
-		if force && errors.As(err, &we) && we.Class == wechat.ClassQuota {
+		var we *upstream.Error
+		if force && errors.As(err, &we) && we.Class == upstream.ClassQuota {
 			// WeChat refused the force_refresh itself.
 			retry := v.hold(we, 1, st.nowish())
-			v.setVerdict(ctx, w.invalid, verdict{kind: verdictLimited + ":" + limitedForce, until: v.b.opts.Now().Add(retry), why: we.Errmsg, errcode: we.Errcode})
+			v.setVerdict(ctx, w.invalid, verdict{kind: verdictLimited + ":" + limitedForce, until: v.b.opts.Now().Add(retry), why: we.Errmsg, errcode: we.Errcode}, "")
 			return Token{}, &Error{App: v.name, Err: fmt.Errorf("%w: %w", ErrRefreshLimited, err), RetryAfter: retry}
 		}
 		return v.mintFailed(ctx, st, w, err)
@@ -197,6 +200,42 @@ func (v *value) leadReport(ctx context.Context, st state, w want) (Token, error)
 			"same", tok.AccessToken == w.invalid)
 	}
 	return tok, err
+}
+
+// leadReportByFetch checks a report with an upstream that cannot be asked
+// whether it accepts a token (Feishu, DingTalk, OAuth2) by asking it for
+// its current token, within the app's budget of report-caused mints: a
+// token it hands out again is the one it accepts; any other replaces the
+// reported one.
+func (v *value) leadReportByFetch(ctx context.Context, st state, w want) (Token, error) {
+	if err := v.takeAppBudget(ctx, w); err != nil {
+		return Token{}, err
+	}
+	got, err := v.fetch(ctx, w, false)
+	if err != nil {
+		return v.mintFailed(ctx, st, w, err)
+	}
+	tok, err := v.store(ctx, st, got, w, false)
+	switch {
+	case err != nil:
+		return tok, err
+	case tok.AccessToken == w.invalid:
+		v.trusted(ctx, st, w)
+		v.b.log.Info("token: the upstream hands out the reported token as its current one; not replaced", "app", v.name, "client", w.caller.String())
+	default:
+		v.b.log.Info("token: replaced a reported token", "app", v.name, "client", w.caller.String())
+	}
+	return tok, nil
+}
+
+// trusted records that the upstream accepts the reported token once more,
+// for the reporting client.
+func (v *value) trusted(ctx context.Context, st state, w want) {
+	count := 1
+	if vd := st.verdict; vd.hash == tokenHash(w.invalid) && vd.kind == verdictValid {
+		count = vd.count + 1
+	}
+	v.setVerdict(ctx, w.invalid, verdict{kind: verdictValid, count: count}, w.reporter())
 }
 
 // takeAppBudget takes one mint from the app's budget of report-caused
@@ -215,7 +254,7 @@ func (v *value) takeAppBudget(ctx context.Context, w want) error {
 		return nil
 	}
 	why := fmt.Sprintf("reports minted %d tokens within %v", limit, v.b.opts.RefreshWindow)
-	v.setVerdict(ctx, w.invalid, verdict{kind: verdictLimited + ":" + limitedApp, until: v.b.opts.Now().Add(left), why: why})
+	v.setVerdict(ctx, w.invalid, verdict{kind: verdictLimited + ":" + limitedApp, until: v.b.opts.Now().Add(left), why: why}, "")
 	v.b.log.Warn("token: the app reached its refresh limit", "app", v.name, "client", w.caller.String(), "limit", limit)
 	return v.errorf(ErrAppRefreshLimited, left, "%s", why)
 }
@@ -233,15 +272,16 @@ func (v *value) allowForce(ctx context.Context, w want, now time.Time) (*Error, 
 	if err != nil || ok {
 		return nil, err
 	}
-	v.setVerdict(ctx, w.invalid, verdict{kind: verdictLimited + ":" + limitedForce, until: o.Now().Add(wait), why: why})
+	v.setVerdict(ctx, w.invalid, verdict{kind: verdictLimited + ":" + limitedForce, until: o.Now().Add(wait), why: why}, "")
 	v.b.log.Warn("token: force_refresh not allowed now", "app", v.name, "client", w.caller.String(), "reason", why, "retry_after", wait.String())
 	return v.errorf(ErrRefreshLimited, wait, "%s", why), nil
 }
 
 // setVerdict records the fleet's verdict on tok (by a digest of it) at the
-// broker's clock, and wakes the reporters waiting for it. A failure to
-// record it only costs a later check again.
-func (v *value) setVerdict(ctx context.Context, tok string, vd verdict) {
+// broker's clock, and wakes the reporters waiting for it. A verdict that
+// tok is valid again keeps the clients the earlier one answered and adds
+// reporter. A failure to record it only costs a later check again.
+func (v *value) setVerdict(ctx context.Context, tok string, vd verdict, reporter string) {
 	now := v.b.opts.Now()
 	ttl := v.b.opts.VerifyInterval
 	if !vd.until.IsZero() {
@@ -250,10 +290,17 @@ func (v *value) setVerdict(ctx context.Context, tok string, vd verdict) {
 	if ttl <= 0 {
 		return
 	}
+	again := vd.kind == verdictValid && vd.count > 1
 	_, err := v.b.rdb.TxPipelined(ctx, func(p redis.Pipeliner) error {
-		p.Del(ctx, v.keys.verdict)
-		p.HSet(ctx, v.keys.verdict, "hash", tokenHash(tok), "kind", vd.kind, "at_ms", now.UnixMilli(),
-			"until_ms", vd.until.UnixMilli(), "why", vd.why, "errcode", vd.errcode, "count", vd.count)
+		if !again {
+			p.Del(ctx, v.keys.verdict)
+		}
+		fields := []any{"hash", tokenHash(tok), "kind", vd.kind, "at_ms", now.UnixMilli(),
+			"until_ms", vd.until.UnixMilli(), "why", vd.why, "errcode", vd.errcode, "count", vd.count}
+		if reporter != "" {
+			fields = append(fields, "r:"+reporter, 1)
+		}
+		p.HSet(ctx, v.keys.verdict, fields...)
 		p.PExpire(ctx, v.keys.verdict, ttl+time.Second)
 		p.Do(ctx, v.b.publish, v.a.keys.channel, v.payload)
 		return nil

@@ -2,6 +2,7 @@ package token_test
 
 import (
 	"bytes"
+	"context"
 	"encoding/json"
 	"errors"
 	"net/http"
@@ -204,7 +205,59 @@ func TestAReportThatCannotBeCheckedMintsWithinTheLimits(t *testing.T) {
 	if err != nil || t2.AccessToken == t1.AccessToken {
 		t.Fatalf("Refresh = %v, %v; want a new token", t2, err)
 	}
-	if f.obs.codes[48001] != 1 {
+	if f.obs.codes["48001"] != 1 {
 		t.Fatalf("the check's errcode was not counted: %v", f.obs.codes)
 	}
+}
+
+// growTrust has a client report the current (valid) classic token until the
+// fleet trusts the upstream's word on it for the longest span.
+func growTrust(t *testing.T, ctx context.Context, f *fleet, clock *testclock.Clock, cur token.Token, c token.Caller) {
+	t.Helper()
+	for span := time.Second; span <= 32*time.Second; span *= 2 {
+		got, err := f.brokers[0].Refresh(ctx, "classic", cur.AccessToken, c)
+		if err != nil || got.AccessToken != cur.AccessToken {
+			t.Fatalf("report of a valid token: %v, %v", got, err)
+		}
+		clock.Advance(span + time.Millisecond)
+	}
+	if _, err := f.brokers[0].Refresh(ctx, "classic", cur.AccessToken, c); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// TestARefusalIsBelievedAtOnce grows the fleet's trust in a valid token
+// with one client's reports, then has the upstream refuse it: a report
+// from another client, or the broker's own ticket call meeting the
+// refusal, replaces it at once instead of trusting it on.
+func TestARefusalIsBelievedAtOnce(t *testing.T) {
+	t.Parallel()
+	t.Run("another client's report", func(t *testing.T) {
+		t.Parallel()
+		clock := hourStart()
+		looper := token.Caller{Name: "looper"}
+		fake, f, ctx, cur := startClassic(t, 2, wechatfake.Options{Now: clock.Now}, token.Options{Now: clock.Now}, looper)
+		growTrust(t, ctx, f, clock, cur, looper)
+		fake.Reject(cur.AccessToken)
+		got, err := f.brokers[1].Refresh(ctx, "classic", cur.AccessToken, token.Caller{Name: "shop"})
+		if err != nil || got.AccessToken == cur.AccessToken || !fake.Valid(got.AccessToken) {
+			t.Fatalf("another client's report of a refused token = %v, %v; want a new token", got, err)
+		}
+	})
+	t.Run("the broker's own ticket call", func(t *testing.T) {
+		t.Parallel()
+		clock := hourStart()
+		looper := token.Caller{Name: "looper"}
+		fake, f, ctx, cur := startClassic(t, 2, wechatfake.Options{Now: clock.Now}, token.Options{Now: clock.Now}, looper)
+		growTrust(t, ctx, f, clock, cur, looper)
+		fake.Reject(cur.AccessToken)
+		ticket, err := f.brokers[1].Ticket(ctx, "classic", "jsapi", looper)
+		if err != nil || !fake.TicketValid(ticket.AccessToken) {
+			t.Fatalf("Ticket with a refused token = %v, %v; want the token replaced and a ticket", ticket, err)
+		}
+		got, err := f.brokers[0].Get(ctx, "classic", looper)
+		if err != nil || got.AccessToken == cur.AccessToken {
+			t.Fatalf("Get after the ticket call = %v, %v; want the replacement", got, err)
+		}
+	})
 }

@@ -1,6 +1,7 @@
 package token
 
 import (
+	"crypto/hmac"
 	"crypto/sha256"
 	_ "embed"
 	"encoding/hex"
@@ -8,11 +9,12 @@ import (
 	"errors"
 	"fmt"
 	"strconv"
+	"strings"
 	"time"
 
 	"github.com/redis/go-redis/v9"
 
-	"github.com/lockd/lockd/internal/wechat"
+	"github.com/lockd/lockd/internal/upstream"
 )
 
 var (
@@ -26,12 +28,18 @@ var (
 	forceLua string
 	//go:embed take.lua
 	takeLua string
+	//go:embed restore.lua
+	restoreLua string
+	//go:embed pace.lua
+	paceLua string
 
-	readScript  = redis.NewScript(readLua)
-	writeScript = redis.NewScript(writeLua)
-	failScript  = redis.NewScript(failLua)
-	forceScript = redis.NewScript(forceLua)
-	takeScript  = redis.NewScript(takeLua)
+	readScript    = redis.NewScript(readLua)
+	writeScript   = redis.NewScript(writeLua)
+	failScript    = redis.NewScript(failLua)
+	forceScript   = redis.NewScript(forceLua)
+	takeScript    = redis.NewScript(takeLua)
+	restoreScript = redis.NewScript(restoreLua)
+	paceScript    = redis.NewScript(paceLua)
 )
 
 // counterTTL is how long the per-day mint and force_refresh counters are
@@ -60,25 +68,58 @@ func untilNextDay(t time.Time) time.Duration {
 	return time.Date(y, m, d+1, 0, 0, 0, 0, shanghai).Sub(t)
 }
 
-// identity names the upstream account whose tokens an app serves: the
-// provider and appid, and for WeCom (where each app of a corp has its own
-// secret and token) a fingerprint of the corpsecret. The cache is keyed by
-// it, so that configurations sharing a Redis never hand one account's token
-// to another.
-func identity(cfg wechat.Config) string {
-	if cfg.Provider == wechat.ProviderWeCom {
-		return cfg.Provider + ":" + cfg.AppID + ":" + fingerprint("wecom app", cfg)[:12]
-	}
+// Identity names the upstream account whose tokens an app serves: the
+// provider, its token API and appid, and a fingerprint of the secret (a
+// keyed digest, never the secret), e.g. "wechat:classic:wx1234:a418dcd60039".
+// The fleet's keys for the account are Options.Prefix+":token:{"+Identity+"}"
+// and below, so that configurations sharing a Redis never hand one
+// account's token to another, and a deployment that knows an appid but not
+// its secret never reads the token cached by the one that does.
+func Identity(cfg upstream.Config) string {
 	api := cfg.TokenAPI
-	if api == "" {
-		api = wechat.TokenAPIClassic
+	if cfg.Provider == upstream.WeChat && api == "" {
+		api = upstream.TokenAPIClassic
 	}
-	return cfg.Provider + ":" + api + ":" + cfg.AppID
+	id := cfg.Provider + ":"
+	if api != "" {
+		id += api + ":"
+	}
+	return id + cfg.AppID + ":" + secretFingerprint(cfg)
+}
+
+// account names an upstream account for New's check that no two apps
+// share one: the identity without the secret's fingerprint (one appid has
+// one secret at a time), except for WeCom, where each app of a corp has a
+// secret and a token of its own, and OAuth2, where one client's tokens
+// differ by server, scope and audience.
+func account(cfg upstream.Config) string {
+	id := Identity(cfg)
+	if cfg.Provider == upstream.WeCom || cfg.Provider == upstream.OAuth2 {
+		return id
+	}
+	return id[:strings.LastIndexByte(id, ':')]
+}
+
+// secretFingerprint is an HMAC-SHA256 of the secret keyed by the provider
+// and appid, truncated to 48 bits: enough to keep two secrets of one appid
+// apart, too little to say anything about a secret of real length, and
+// never the secret itself. For OAuth2 it also covers the token_url, scope
+// and audience, which make other tokens of the same client.
+func secretFingerprint(cfg upstream.Config) string {
+	m := hmac.New(sha256.New, []byte("lockd token cache\x00"+cfg.Provider+"\x00"+cfg.AppID))
+	m.Write([]byte(cfg.Secret))
+	if cfg.Provider == upstream.OAuth2 {
+		for _, part := range []string{cfg.TokenURL, cfg.Scope, cfg.Audience} {
+			m.Write([]byte{0})
+			m.Write([]byte(part))
+		}
+	}
+	return hex.EncodeToString(m.Sum(nil))[:12]
 }
 
 // fingerprint is a one-way digest of cfg's credentials for use, together
 // with purpose, in Redis keys: never the secret itself.
-func fingerprint(purpose string, cfg wechat.Config) string {
+func fingerprint(purpose string, cfg upstream.Config) string {
 	h := sha256.New()
 	for _, part := range []string{"lockd", purpose, cfg.Provider, cfg.TokenAPI, cfg.AppID, cfg.Secret} {
 		h.Write([]byte(part))
@@ -125,14 +166,17 @@ type valueKeys struct {
 	failure string // scoped to the credentials' fingerprint
 	demand  string
 	verdict string
+	gate    string // present while the last upstream call is under the pace old
+	calls   string // upstream calls in the hour
 }
 
-func newValueKeys(app appKeys, ticket wechat.TicketType, fp string) valueKeys {
+func newValueKeys(app appKeys, ticket upstream.TicketType, fp string) valueKeys {
 	v := app.base
 	if ticket != "" {
 		v += ":ticket:" + string(ticket)
 	}
-	return valueKeys{value: v, failure: v + ":failure:" + fp, demand: v + ":demand", verdict: v + ":verdict"}
+	return valueKeys{value: v, failure: v + ":failure:" + fp, demand: v + ":demand", verdict: v + ":verdict",
+		gate: v + ":fetch-gate", calls: v + ":fetches"}
 }
 
 func (k valueKeys) mints(day string) string { return k.value + ":mints:" + day }
@@ -165,13 +209,17 @@ type state struct {
 	lifetime   time.Duration
 	written    time.Time
 	gen        int64
-	failure    *Error        // the recorded failure while its hold lasts
-	lastFail   *wechat.Error // the recorded failure, held or not
-	failUntil  time.Time     // when its hold ends
-	attempts   int           // failed mints in a row
+	ver        int64           // the value's version: higher is newer, across Redis's data going back
+	failure    *Error          // the recorded failure while its hold lasts
+	lastFail   *upstream.Error // the recorded failure, held or not
+	failUntil  time.Time       // when its hold ends
+	attempts   int             // failed mints in a row
 	demand     bool
 	mintsToday int64
 	verdict    verdict
+	// reporterKnown is true when the last check of the verdict's token
+	// answered a report of the reporter passed to the read.
+	reporterKnown bool
 }
 
 // elapsed is the time since the read was sent.
@@ -197,10 +245,10 @@ func (s state) fresherIn() time.Duration {
 	return max(s.renew.Sub(s.nowish()), 0)
 }
 
-func (s state) result() Token { return Token{AccessToken: s.token, ExpireTime: s.expire} }
+func (s state) result() Token { return Token{AccessToken: s.token, ExpireTime: s.expire, ver: s.ver} }
 
 func readState(reply []any, name string, at time.Time) (state, error) {
-	if len(reply) != 20 {
+	if len(reply) != 22 {
 		return state{}, fmt.Errorf("token: unexpected read reply of %d elements", len(reply))
 	}
 	str := func(i int) string { s, _ := reply[i].(string); return s }
@@ -226,6 +274,8 @@ func readState(reply []any, name string, at time.Time) (state, error) {
 		mintsToday: num(12),
 		verdict: verdict{hash: str(13), kind: str(14), at: ms(15), until: ms(16),
 			why: str(17), errcode: int(num(18)), count: int(num(19))},
+		ver:           num(20),
+		reporterKnown: num(21) == 1,
 	}
 	if rec := str(8); rec != "" {
 		st.lastFail, st.failUntil = decodeFailure(rec), ms(9)
@@ -236,11 +286,13 @@ func readState(reply []any, name string, at time.Time) (state, error) {
 	return st, nil
 }
 
-// failureRecord is a failed mint as stored in Redis: what a *wechat.Error
+// failureRecord is a failed mint as stored in Redis: what a *upstream.Error
 // holds, which never includes the secret.
 type failureRecord struct {
+	Provider   string `json:"provider,omitempty"`
 	Class      string `json:"class"`
 	Errcode    int    `json:"errcode,omitempty"`
+	Code       string `json:"code,omitempty"`
 	Errmsg     string `json:"errmsg,omitempty"`
 	HTTPStatus int    `json:"http_status,omitempty"`
 	Endpoint   string `json:"endpoint"`
@@ -248,8 +300,9 @@ type failureRecord struct {
 	Transport  bool   `json:"transport,omitempty"`
 }
 
-func encodeFailure(e *wechat.Error) string {
-	r := failureRecord{Class: e.Class.String(), Errcode: e.Errcode, Errmsg: e.Errmsg, HTTPStatus: e.HTTPStatus, Endpoint: e.Endpoint, Transport: e.Transport}
+func encodeFailure(e *upstream.Error) string {
+	r := failureRecord{Provider: e.Provider, Class: e.Class.String(), Errcode: e.Errcode, Code: e.Code, Errmsg: e.Errmsg,
+		HTTPStatus: e.HTTPStatus, Endpoint: e.Endpoint, Transport: e.Transport}
 	if e.Err != nil {
 		r.Detail = e.Err.Error()
 	}
@@ -257,19 +310,20 @@ func encodeFailure(e *wechat.Error) string {
 	return string(b)
 }
 
-func decodeFailure(s string) *wechat.Error {
+func decodeFailure(s string) *upstream.Error {
 	var r failureRecord
 	if err := json.Unmarshal([]byte(s), &r); err != nil {
-		return &wechat.Error{Class: wechat.ClassUnavailable, Err: errors.New("unreadable failure record")}
+		return &upstream.Error{Class: upstream.ClassUnavailable, Err: errors.New("unreadable failure record")}
 	}
-	e := &wechat.Error{Errcode: r.Errcode, Errmsg: r.Errmsg, HTTPStatus: r.HTTPStatus, Endpoint: r.Endpoint, Transport: r.Transport}
+	e := &upstream.Error{Provider: r.Provider, Errcode: r.Errcode, Code: r.Code, Errmsg: r.Errmsg, HTTPStatus: r.HTTPStatus,
+		Endpoint: r.Endpoint, Transport: r.Transport}
 	switch r.Class {
-	case wechat.ClassCredentials.String():
-		e.Class = wechat.ClassCredentials
-	case wechat.ClassQuota.String():
-		e.Class = wechat.ClassQuota
+	case upstream.ClassCredentials.String():
+		e.Class = upstream.ClassCredentials
+	case upstream.ClassQuota.String():
+		e.Class = upstream.ClassQuota
 	default:
-		e.Class = wechat.ClassUnavailable
+		e.Class = upstream.ClassUnavailable
 	}
 	if r.Detail != "" {
 		e.Err = errors.New(r.Detail)
@@ -279,13 +333,17 @@ func decodeFailure(s string) *wechat.Error {
 
 // writeResult is what write.lua did.
 type writeResult struct {
-	stored bool // our value is cached now
-	same   bool // the upstream handed out the value already cached
-	expire time.Time
-	renew  time.Time
-	gen    int64
-	now    time.Time // Redis's clock
-	newer  *Token    // set when another minter's value is cached instead
+	stored   bool // our value is cached now
+	same     bool // the upstream handed out the value already cached
+	renewed  bool // and renewed its life
+	expire   time.Time
+	hi       time.Time
+	renew    time.Time
+	lifetime time.Duration
+	gen      int64
+	ver      int64
+	now      time.Time // Redis's clock
+	newer    *Token    // set when another minter's value is cached instead
 }
 
 func parseWrite(reply []any) (writeResult, error) {
@@ -294,15 +352,16 @@ func parseWrite(reply []any) (writeResult, error) {
 	}
 	num := func(i int) int64 { n, _ := reply[i].(int64); return n }
 	switch status := num(0); {
-	case status == 1 && len(reply) == 6:
-		r := writeResult{stored: true, same: num(4) == 1, expire: time.UnixMilli(num(1)), gen: num(2), now: time.UnixMilli(num(5))}
+	case status == 1 && len(reply) == 10:
+		r := writeResult{stored: true, same: num(4) == 1, renewed: num(7) == 1, expire: time.UnixMilli(num(1)), gen: num(2),
+			now: time.UnixMilli(num(5)), ver: num(6), hi: time.UnixMilli(num(8)), lifetime: time.Duration(num(9)) * time.Millisecond}
 		if n := num(3); n > 0 {
 			r.renew = time.UnixMilli(n)
 		}
 		return r, nil
-	case status == 0 && len(reply) == 3:
+	case status == 0 && len(reply) == 4:
 		tok, _ := reply[1].(string)
-		return writeResult{newer: &Token{AccessToken: tok, ExpireTime: time.UnixMilli(num(2))}}, nil
+		return writeResult{newer: &Token{AccessToken: tok, ExpireTime: time.UnixMilli(num(2)), ver: num(3)}}, nil
 	}
 	return writeResult{}, fmt.Errorf("token: unexpected write reply %v", reply)
 }

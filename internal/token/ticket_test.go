@@ -1,6 +1,7 @@
 package token_test
 
 import (
+	"context"
 	"fmt"
 	"testing"
 	"time"
@@ -81,5 +82,35 @@ func TestIdleAppsStopRefreshing(t *testing.T) {
 	t2, err := f.brokers[1].Get(ctx, "classic", anyone)
 	if err != nil || t2.AccessToken == t1.AccessToken || fake.Mints("wx-classic") != 2 {
 		t.Fatalf("the next caller: %v, %v; %d mints", t2, err, fake.Mints("wx-classic"))
+	}
+}
+
+// TestTicketsAreRenewedAhead runs two replicas with their refreshers and
+// callers asking for a jsapi ticket through several of its lifetimes, from
+// an upstream that hands out a new ticket in the current one's last
+// seconds: no caller gets a ticket with less than the margin left (too
+// late for a browser's wx.config), and none fails.
+func TestTicketsAreRenewedAhead(t *testing.T) {
+	t.Parallel()
+	const life, cycles, margin = 5 * time.Second, 3, time.Second
+	fake := newFake(t, wechatfake.Options{ExpiresIn: life, TicketFreshWindow: 3 * time.Second})
+	f := newFleet(t, redistest.Start(t), 2, apps(fake)[:1], token.Options{Margin: margin, RefreshAhead: 2 * time.Second})
+	f.refresh(t)
+	ctx := timeout(t, time.Minute)
+	stop := make(chan struct{})
+	time.AfterFunc(cycles*life, func() { close(stop) })
+	var loop servedLoop
+	loop.run(f, 4, stop, margin, fake.TicketValidAt, func(b *token.Broker) (token.Token, error) {
+		c, cancel := context.WithTimeout(ctx, 5*time.Second)
+		defer cancel()
+		return b.Ticket(c, "classic", "jsapi", anyone)
+	})
+	t.Logf("%d Ticket calls: %d failed, %d refused, %d with less than %v left; %d tickets issued",
+		loop.calls.Load(), loop.failed.Load(), loop.refused.Load(), loop.short.Load(), margin, fake.TicketsIssued("wx-classic"))
+	if loop.failed.Load()+loop.refused.Load()+loop.short.Load() > 0 {
+		t.Fatalf("tickets not renewed ahead (first error: %v)", loop.firstErr.Load())
+	}
+	if n := fake.TicketsIssued("wx-classic"); n < cycles {
+		t.Fatalf("%d tickets over %d lifetimes", n, cycles)
 	}
 }

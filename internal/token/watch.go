@@ -16,7 +16,9 @@ const watchMaxBackoff = 30 * time.Second
 // app from going idle, and when no replica renewed the token by the time
 // it needs replacing, the watch gets it as Get would. When no token can be
 // had, Watch keeps trying while the last token sent is valid, then returns
-// the error.
+// the error. Tokens are sent in the order the fleet stored them: never one
+// older than a token already sent, even should Redis come back with older
+// data.
 func (b *Broker) Watch(ctx context.Context, app string, caller Caller, send func(Token) error) error {
 	a, err := b.app(app)
 	if err != nil {
@@ -37,12 +39,12 @@ func (b *Broker) Watch(ctx context.Context, app string, caller Caller, send func
 	for {
 		notice := v.sig.await()
 		wait := touch
-		st, err := v.read(ctx, true)
+		st, err := v.read(ctx, true, "")
 		switch {
 		case err != nil && ctx.Err() != nil:
 			return ctx.Err()
 		case err == nil && v.servable(st):
-			if st.token != last.AccessToken {
+			if st.token != last.AccessToken && newer(st.ver, last.ver) {
 				last = st.result()
 				if err := send(last); err != nil {
 					return err
@@ -56,7 +58,7 @@ func (b *Broker) Watch(ctx context.Context, app string, caller Caller, send func
 			tok, err := v.join(ctx, get)
 			if err == nil {
 				failures = 0
-				if tok.AccessToken != last.AccessToken {
+				if tok.AccessToken != last.AccessToken && newer(tok.ver, last.ver) {
 					last = tok
 					if err := send(tok); err != nil {
 						return err
@@ -84,6 +86,11 @@ func (b *Broker) Watch(ctx context.Context, app string, caller Caller, send func
 		}
 	}
 }
+
+// newer reports whether a value of version ver may follow one of version
+// last in a watch: never an older one (Redis came back with older data),
+// whatever its token; 0 is a version not known.
+func newer(ver, last int64) bool { return ver == 0 || last == 0 || ver > last }
 
 // replaceIn is how long until the cached value stops being servable and a
 // watch must see to its replacement.

@@ -9,32 +9,34 @@ import (
 	"net/url"
 	"slices"
 	"time"
+
+	"github.com/lockd/lockd/internal/upstream"
 )
 
-// TicketType names a JS-SDK ticket, as the upstream's type parameter spells it.
-type TicketType string
+// TicketType names a JS-SDK ticket; see upstream.TicketType.
+type TicketType = upstream.TicketType
 
-// The ticket types.
+// The ticket types WeChat and WeCom serve.
 const (
 	// TicketJSAPI is the jsapi_ticket that signs JS-SDK configurations
 	// (WeChat: /cgi-bin/ticket/getticket?type=jsapi; WeCom: the corp's
 	// /cgi-bin/get_jsapi_ticket).
-	TicketJSAPI TicketType = "jsapi"
+	TicketJSAPI = upstream.TicketJSAPI
 	// TicketWXCard is WeChat's card ticket (/cgi-bin/ticket/getticket?type=wx_card).
-	TicketWXCard TicketType = "wx_card"
+	TicketWXCard = upstream.TicketWXCard
 	// TicketAgentConfig is WeCom's app ticket for wx.agentConfig
 	// (/cgi-bin/ticket/get?type=agent_config).
-	TicketAgentConfig TicketType = "agent_config"
+	TicketAgentConfig = upstream.TicketAgentConfig
 )
 
 // ErrTicketType is returned by Ticket for a type the app's provider does
 // not serve.
-var ErrTicketType = errors.New("wechat: ticket type not served by this provider")
+var ErrTicketType = upstream.ErrTicketType
 
 // ErrTokenRejected is matched by every *Error from Ticket whose errcode
 // says the access_token passed was not accepted (see TokenRejected): get a
 // new token and ask again.
-var ErrTokenRejected = errors.New("wechat: access_token rejected")
+var ErrTokenRejected = upstream.ErrTokenRejected
 
 // TokenRejected reports whether errcode, from an API other than the token
 // endpoints, means the access_token passed was not accepted: 40001 (invalid
@@ -82,13 +84,13 @@ func (c *Client) Ticket(ctx context.Context, accessToken string, kind TicketType
 	if err != nil {
 		return Token{}, err
 	}
-	endpoint := c.host + path
+	endpoint := c.http.Endpoint(path)
 	q.Set("access_token", accessToken)
-	req, err := http.NewRequestWithContext(ctx, http.MethodGet, c.base+path+"?"+q.Encode(), nil)
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, c.http.Base()+path+"?"+q.Encode(), nil)
 	if err != nil {
 		return Token{}, c.fail(ctx, endpoint, err, accessToken)
 	}
-	body, err := c.do(ctx, req, endpoint, accessToken)
+	body, err := c.do(req, endpoint, accessToken)
 	if err != nil {
 		return Token{}, err
 	}
@@ -99,21 +101,20 @@ func (c *Client) Ticket(ctx context.Context, accessToken string, kind TicketType
 		ExpiresIn int64  `json:"expires_in"`
 	}
 	if err := json.Unmarshal(body, &r); err != nil {
-		return Token{}, &Error{Class: ClassUnavailable, Endpoint: endpoint,
-			Err: c.scrub(fmt.Errorf("unparsable response: %w", err), accessToken)}
+		return Token{}, c.http.BodyError(endpoint, http.StatusOK, fmt.Errorf("unparsable response: %w", err), accessToken)
 	}
 	if r.Errcode != 0 {
-		e := &Error{Class: ClassOf(r.Errcode), Errcode: r.Errcode, Errmsg: c.redact(r.Errmsg, accessToken), Endpoint: endpoint}
+		e := c.errorOf(endpoint, r.Errcode, r.Errmsg, accessToken)
 		if TokenRejected(r.Errcode) {
-			e.Class, e.tokenRejected = ClassUnavailable, true
+			e.Class, e.TokenRejected = ClassUnavailable, true
 		}
 		return Token{}, e
 	}
 	switch {
 	case r.Ticket == "":
-		return Token{}, &Error{Class: ClassUnavailable, Endpoint: endpoint, Err: errors.New("reply without ticket")}
-	case r.ExpiresIn < 0 || r.ExpiresIn > maxExpiresIn:
-		return Token{}, &Error{Class: ClassUnavailable, Endpoint: endpoint, Err: fmt.Errorf("reply with expires_in %d", r.ExpiresIn)}
+		return Token{}, c.http.BodyError(endpoint, http.StatusOK, errors.New("reply without ticket"))
+	case r.ExpiresIn < 0 || time.Duration(r.ExpiresIn) > upstream.MaxExpiresIn/time.Second:
+		return Token{}, c.http.BodyError(endpoint, http.StatusOK, fmt.Errorf("reply with expires_in %d", r.ExpiresIn))
 	}
 	return Token{AccessToken: r.Ticket, ExpiresIn: time.Duration(r.ExpiresIn) * time.Second}, nil
 }
@@ -126,12 +127,12 @@ func (c *Client) Ticket(ctx context.Context, accessToken string, kind TicketType
 // account without that API).
 func (c *Client) Probe(ctx context.Context, accessToken string) (bool, error) {
 	const path = "/cgi-bin/getcallbackip"
-	endpoint := c.host + path
-	req, err := http.NewRequestWithContext(ctx, http.MethodGet, c.base+path+"?"+url.Values{"access_token": {accessToken}}.Encode(), nil)
+	endpoint := c.http.Endpoint(path)
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, c.http.Base()+path+"?"+url.Values{"access_token": {accessToken}}.Encode(), nil)
 	if err != nil {
 		return false, c.fail(ctx, endpoint, err, accessToken)
 	}
-	body, err := c.do(ctx, req, endpoint, accessToken)
+	body, err := c.do(req, endpoint, accessToken)
 	if err != nil {
 		return false, err
 	}
@@ -140,8 +141,7 @@ func (c *Client) Probe(ctx context.Context, accessToken string) (bool, error) {
 		Errmsg  string `json:"errmsg"`
 	}
 	if err := json.Unmarshal(body, &r); err != nil {
-		return false, &Error{Class: ClassUnavailable, Endpoint: endpoint,
-			Err: c.scrub(fmt.Errorf("unparsable response: %w", err), accessToken)}
+		return false, c.http.BodyError(endpoint, http.StatusOK, fmt.Errorf("unparsable response: %w", err), accessToken)
 	}
 	switch {
 	case r.Errcode == 0:
@@ -149,5 +149,5 @@ func (c *Client) Probe(ctx context.Context, accessToken string) (bool, error) {
 	case TokenRejected(r.Errcode):
 		return false, nil
 	}
-	return false, &Error{Class: ClassOf(r.Errcode), Errcode: r.Errcode, Errmsg: c.redact(r.Errmsg, accessToken), Endpoint: endpoint}
+	return false, c.errorOf(endpoint, r.Errcode, r.Errmsg, accessToken)
 }

@@ -6,64 +6,47 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"io"
 	"net/http"
 	"net/url"
-	"strings"
 	"time"
+
+	"github.com/lockd/lockd/internal/upstream"
 )
 
 // MaxResponseBytes bounds how much of a token response Mint reads; a longer
 // body is an ErrUnavailable failure.
-const MaxResponseBytes = 64 << 10
+const MaxResponseBytes = upstream.MaxResponseBytes
 
 // DefaultTimeout is the overall timeout of the *http.Client NewClient makes
 // when given nil.
-const DefaultTimeout = 10 * time.Second
+const DefaultTimeout = upstream.DefaultTimeout
 
-// Token is an access_token (or a ticket) as the upstream handed it out.
-type Token struct {
-	// AccessToken is the token to pass to the upstream's APIs (for
-	// Ticket, the ticket).
-	AccessToken string
-	// ExpiresIn is the lifetime the upstream announced in whole seconds,
-	// counted from when it answered. Zero means the value is in its last
-	// second: ask again in a second for a new one.
-	ExpiresIn time.Duration
-}
+// Token is an access_token (or a ticket) as the upstream handed it out; see
+// upstream.Token.
+type Token = upstream.Token
 
-// String shows the token's length and lifetime but not the token itself.
-func (t Token) String() string {
-	return fmt.Sprintf("{access_token=<%d bytes> expires_in=%s}", len(t.AccessToken), t.ExpiresIn)
-}
-
-// Client mints access_tokens for one app. It is safe for concurrent use; it
-// keeps no token and does no caching or retrying, which is the caller's job.
+// Client mints access_tokens for one WeChat or WeCom app; it is an
+// upstream.Client. It is safe for concurrent use; it keeps no token and
+// does no caching or retrying, which is the caller's job.
 type Client struct {
 	cfg      Config
-	hc       *http.Client
-	base     string // scheme, host and path prefix of every endpoint
-	host     string // host and path prefix of base, for messages
+	http     *upstream.Caller
 	url      string // full URL of the token endpoint, without the query
 	endpoint string // host and path of url, for messages
 }
 
-// NewClient checks cfg and returns a Client that calls the upstream through
-// a copy of hc that never follows redirects (a redirect would carry the
-// secret to another URL). A nil hc means a client with DefaultTimeout.
+// NewClient checks cfg (ProviderWeChat or ProviderWeCom) and returns a
+// Client that calls the upstream through a copy of hc that never follows
+// redirects (a redirect would carry the secret to another URL). A nil hc
+// means a client with DefaultTimeout.
 func NewClient(cfg Config, hc *http.Client) (*Client, error) {
 	if err := cfg.Validate(); err != nil {
 		return nil, err
 	}
-	cfg = cfg.withDefaults()
-	var own http.Client
-	if hc != nil {
-		own = *hc
-	} else {
-		own.Timeout = DefaultTimeout
+	if cfg.Provider != ProviderWeChat && cfg.Provider != ProviderWeCom {
+		return nil, fmt.Errorf("%w: provider %q: package wechat mints for %q and %q", ErrInvalidConfig, cfg.Provider, ProviderWeChat, ProviderWeCom)
 	}
-	own.CheckRedirect = func(*http.Request, []*http.Request) error { return http.ErrUseLastResponse }
-
+	cfg = cfg.WithDefaults()
 	path := "/cgi-bin/token"
 	switch {
 	case cfg.Provider == ProviderWeCom:
@@ -71,14 +54,13 @@ func NewClient(cfg Config, hc *http.Client) (*Client, error) {
 	case cfg.TokenAPI == TokenAPIStable:
 		path = "/cgi-bin/stable_token"
 	}
-	base, _ := url.Parse(strings.TrimRight(cfg.APIBase, "/")) // Validate parsed it
+	base, _ := url.Parse(cfg.APIBase) // Validate parsed it
+	caller := upstream.NewCaller(cfg.Provider, hc, base, cfg.Secret)
 	return &Client{
 		cfg:      cfg,
-		hc:       &own,
-		base:     base.String(),
-		host:     base.Host + base.Path,
-		url:      base.String() + path,
-		endpoint: base.Host + base.Path + path,
+		http:     caller,
+		url:      caller.Base() + path,
+		endpoint: caller.Endpoint(path),
 	}, nil
 }
 
@@ -106,7 +88,18 @@ func (c *Client) FreshWindow() time.Duration {
 	case c.cfg.TokenAPI == TokenAPIStable:
 		return StableWindow
 	}
-	return -1
+	return upstream.Unknown
+}
+
+// Traits says how the client's API hands tokens out: see FreshWindow and
+// ForceRefreshes; both providers can be probed and serve tickets.
+func (c *Client) Traits() upstream.Traits {
+	return upstream.Traits{
+		FreshWindow:  c.FreshWindow(),
+		ForceRefresh: c.ForceRefreshes(),
+		Probe:        true,
+		TicketTypes:  c.TicketTypes(),
+	}
 }
 
 // Provider returns the provider of the client's app.
@@ -131,9 +124,9 @@ func (c *Client) String() string { return "wechat.Client" + c.cfg.String() }
 func (c *Client) Mint(ctx context.Context, forceRefresh bool) (Token, error) {
 	req, err := c.newRequest(ctx, forceRefresh)
 	if err != nil {
-		return Token{}, c.fail(ctx, c.endpoint, err)
+		return Token{}, c.http.Fail(ctx, c.endpoint, err)
 	}
-	body, err := c.do(ctx, req, c.endpoint)
+	body, err := c.do(req, c.endpoint)
 	if err != nil {
 		return Token{}, err
 	}
@@ -141,29 +134,27 @@ func (c *Client) Mint(ctx context.Context, forceRefresh bool) (Token, error) {
 }
 
 // do sends req and returns the body of a 200 reply, or an *Error naming
-// endpoint, free of the URL and of secret (and of the extra values, such
-// as an access_token).
-func (c *Client) do(ctx context.Context, req *http.Request, endpoint string, extra ...string) ([]byte, error) {
-	resp, err := c.hc.Do(req)
+// endpoint, free of the URL and of the secret (and of the extra values,
+// such as an access_token).
+func (c *Client) do(req *http.Request, endpoint string, extra ...string) ([]byte, error) {
+	r, err := c.http.Do(req, endpoint, extra...)
 	if err != nil {
-		return nil, c.fail(ctx, endpoint, err, extra...)
+		return nil, err
 	}
-	defer resp.Body.Close()
-	body, err := io.ReadAll(io.LimitReader(resp.Body, MaxResponseBytes+1))
-	if err != nil {
-		return nil, c.fail(ctx, endpoint, fmt.Errorf("reading response: %w", err), extra...)
+	if r.Status != http.StatusOK {
+		return nil, c.http.StatusError(endpoint, r.Status)
 	}
-	if resp.StatusCode != http.StatusOK {
-		class := ClassUnavailable
-		if resp.StatusCode == http.StatusTooManyRequests {
-			class = ClassQuota
-		}
-		return nil, &Error{Class: class, HTTPStatus: resp.StatusCode, Endpoint: endpoint}
-	}
-	if len(body) > MaxResponseBytes {
-		return nil, c.fail(ctx, endpoint, fmt.Errorf("response longer than %d bytes", MaxResponseBytes), extra...)
-	}
-	return body, nil
+	return r.Body, nil
+}
+
+// fail names endpoint on an error without the secret or the extra values.
+func (c *Client) fail(ctx context.Context, endpoint string, err error, extra ...string) error {
+	return c.http.Fail(ctx, endpoint, err, extra...)
+}
+
+// errorOf is the *Error of an errcode answer.
+func (c *Client) errorOf(endpoint string, errcode int, errmsg string, extra ...string) *Error {
+	return &Error{Provider: c.cfg.Provider, Class: ClassOf(errcode), Errcode: errcode, Errmsg: c.http.Redact(errmsg, extra...), Endpoint: endpoint}
 }
 
 func (c *Client) newRequest(ctx context.Context, forceRefresh bool) (*http.Request, error) {
@@ -207,111 +198,22 @@ type tokenResponse struct {
 	ExpiresIn   int64  `json:"expires_in"`
 }
 
-// maxExpiresIn bounds the announced lifetime, so that a garbled value cannot
-// overflow time.Duration; real tokens live 7200 s.
-const maxExpiresIn = 366 * 24 * 3600
-
 func (c *Client) parse(body []byte) (Token, error) {
 	var r tokenResponse
 	if err := json.Unmarshal(body, &r); err != nil {
-		return Token{}, &Error{Class: ClassUnavailable, Endpoint: c.endpoint,
-			Err: c.scrub(fmt.Errorf("unparsable response: %w", err))}
+		return Token{}, c.http.BodyError(c.endpoint, http.StatusOK, fmt.Errorf("unparsable response: %w", err))
 	}
 	if r.Errcode != 0 {
-		return Token{}, &Error{Class: ClassOf(r.Errcode), Errcode: r.Errcode,
-			Errmsg: c.redact(r.Errmsg), Endpoint: c.endpoint}
+		return Token{}, c.errorOf(c.endpoint, r.Errcode, r.Errmsg)
 	}
 	var problem string
 	switch {
 	case r.AccessToken == "":
 		problem = "reply without access_token"
-	case r.ExpiresIn < 0 || r.ExpiresIn > maxExpiresIn:
+	case r.ExpiresIn < 0 || time.Duration(r.ExpiresIn) > upstream.MaxExpiresIn/time.Second:
 		problem = fmt.Sprintf("reply with expires_in %d", r.ExpiresIn)
 	default:
 		return Token{AccessToken: r.AccessToken, ExpiresIn: time.Duration(r.ExpiresIn) * time.Second}, nil
 	}
-	return Token{}, &Error{Class: ClassUnavailable, Endpoint: c.endpoint, Err: errors.New(problem)}
-}
-
-// fail turns a failure to send a request to endpoint or read its reply into
-// an error without the URL, the secret or the extra values.
-func (c *Client) fail(ctx context.Context, endpoint string, err error, extra ...string) error {
-	if ctxErr := ctx.Err(); ctxErr != nil {
-		// The caller gave up; that is not the upstream's fault.
-		return fmt.Errorf("wechat: %s: %w", endpoint, ctxErr)
-	}
-	cause := c.scrub(err, extra...)
-	if errors.Is(cause, context.DeadlineExceeded) || errors.Is(cause, context.Canceled) {
-		// The http.Client's own Timeout fired, not the caller's deadline:
-		// keep the text but not the identity, so that callers passing
-		// context errors through do not mistake it for their own.
-		cause = errors.New(cause.Error())
-	}
-	return &Error{Class: ClassUnavailable, Endpoint: endpoint, Err: cause, Transport: true}
-}
-
-// scrub peels *url.Error layers, whose messages hold the full URL and so the
-// query's secret or access_token, off err. Should what remains still mention
-// the secret, an extra value or a URL (a *url.Error further down, an odd
-// cause), it is flattened into a message that names the endpoint instead
-// and masks them.
-func (c *Client) scrub(err error, extra ...string) error {
-	for {
-		ue, ok := err.(*url.Error)
-		if !ok {
-			break
-		}
-		err = ue.Err
-	}
-	if err == nil {
-		return nil
-	}
-	msg := err.Error()
-	clean := c.redact(c.dropURLs(msg), extra...)
-	var ue *url.Error
-	if clean != msg || errors.As(err, &ue) {
-		return errors.New(clean)
-	}
-	return err
-}
-
-// dropURLs replaces every URL of the upstream in msg, with whatever query
-// follows it, by its host and path.
-func (c *Client) dropURLs(msg string) string {
-	var b strings.Builder
-	for {
-		i := strings.Index(msg, c.base)
-		if i < 0 {
-			b.WriteString(msg)
-			return b.String()
-		}
-		b.WriteString(msg[:i])
-		msg = msg[i+len(c.base):]
-		end := strings.IndexAny(msg, " \"'\n")
-		if end < 0 {
-			end = len(msg)
-		}
-		path := msg[:end]
-		if q := strings.IndexAny(path, "?#"); q >= 0 {
-			path = path[:q]
-		}
-		b.WriteString(c.host + path)
-		msg = msg[end:]
-	}
-}
-
-// redact masks every spelling of the secret, and of the extra values, a
-// message could carry.
-func (c *Client) redact(s string, extra ...string) string {
-	for _, v := range append([]string{c.cfg.Secret}, extra...) {
-		if v == "" {
-			continue
-		}
-		quoted, _ := json.Marshal(v)
-		forms := []string{v, url.QueryEscape(v), url.PathEscape(v), string(quoted[1 : len(quoted)-1])}
-		for _, form := range forms {
-			s = strings.ReplaceAll(s, form, "REDACTED")
-		}
-	}
-	return s
+	return Token{}, c.http.BodyError(c.endpoint, http.StatusOK, errors.New(problem))
 }

@@ -535,12 +535,33 @@ func TestClientDefaults(t *testing.T) {
 			if c.Endpoint() != tt.want {
 				t.Fatalf("Endpoint = %q, want %q", c.Endpoint(), tt.want)
 			}
-			if c.hc.Timeout != DefaultTimeout {
-				t.Fatalf("Timeout = %s", c.hc.Timeout)
+			if c.http.HTTPClient().Timeout != DefaultTimeout {
+				t.Fatalf("Timeout = %s", c.http.HTTPClient().Timeout)
 			}
 			if s := c.String(); strings.Contains(s, testSecret) || !strings.Contains(s, testAppID) {
 				t.Fatalf("String = %q", s)
 			}
 		})
+	}
+}
+
+func TestClientPrintsWithoutSecret(t *testing.T) {
+	t.Parallel()
+	c, err := NewClient(Config{Provider: ProviderWeChat, AppID: testAppID, Secret: testSecret}, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, out := range []string{fmt.Sprintf("%v", c), fmt.Sprintf("%s", c), fmt.Sprintf("%+v", c)} {
+		if strings.Contains(out, testSecret) || !strings.Contains(out, testAppID) {
+			t.Errorf("%q", out)
+		}
+	}
+}
+
+func TestNewClientRefusesOtherProviders(t *testing.T) {
+	t.Parallel()
+	_, err := NewClient(Config{Provider: "feishu", AppID: "cli_1", Secret: testSecret}, nil)
+	if !errors.Is(err, ErrInvalidConfig) {
+		t.Fatalf("got %v", err)
 	}
 }

@@ -102,7 +102,7 @@ func TestScrub(t *testing.T) {
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
 			t.Parallel()
-			got := c.scrub(tt.in)
+			got := c.http.Scrub(tt.in)
 			assertNoSecret(t, got)
 			if strings.Contains(got.Error(), c.url) {
 				t.Fatalf("URL in %q", got)

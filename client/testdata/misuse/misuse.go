@@ -20,6 +20,8 @@ func misuse(ctx context.Context, c *client.Client) {
 	c.Campaign(ctx, "e", "v")                           // want "c.Campaign undefined"
 	c.Leader(ctx, "e")                                  // want "c.Leader undefined"
 	c.Observe(ctx, "e")                                 // want "c.Observe undefined"
+	c.Acquire(ctx, "k", client.WithCost(2))             // want "does not implement client.AcquireOption"
+	c.Take(ctx, "k", client.Rate{}, client.WithWait(0)) // want "does not implement client.TakeOption"
 }
 
 func wellFormed(ctx context.Context, c *client.Client) {
@@ -32,4 +34,6 @@ func wellFormed(ctx context.Context, c *client.Client) {
 	e.Campaign(ctx, "v")
 	e.Leader(ctx)
 	e.Observe(ctx)
+	c.Take(ctx, "k", client.Rate{Limit: 1, Period: time.Second}, client.WithCost(1))
+	c.Wait(ctx, "k", client.Rate{Limit: 1, Period: time.Second})
 }

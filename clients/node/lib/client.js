@@ -5,6 +5,7 @@ const { Transport, now } = require('./transport');
 const { Lease } = require('./lease');
 const { Leadership, ElectionObserver, leaderInfo } = require('./leadership');
 const { LockdError } = require('./errors');
+const { takeOnce, waitTurn } = require('./ratelimit');
 const grpc = require('@grpc/grpc-js');
 
 const MAX_WAIT_CHUNK_MS = 60_000;
@@ -81,7 +82,10 @@ class LockdClient {
     try {
       result = await fn(lease);
     } finally {
-      await lease.release();
+      // A lost lease's release rejects with its loss, thrown below unless fn threw.
+      await lease.release().catch((e) => {
+        if (e !== lease.lostError) throw e;
+      });
     }
     if (lease.lostError) throw lease.lostError;
     return result;
@@ -202,7 +206,9 @@ class LockdClient {
     try {
       result = await fn(l);
     } finally {
-      await l.resign().catch((e) => process.emitWarning(`resigning ${name} failed: ${e.message}`));
+      await l.resign().catch((e) => {
+        if (e !== l.lostError) process.emitWarning(`resigning ${name} failed: ${e.message}`);
+      });
     }
     if (l.lostError) throw l.lostError;
     return result;
@@ -250,6 +256,30 @@ class LockdClient {
       invalidToken,
     }));
     return { accessToken: r.accessToken, expireTime: date(r.expireTime) };
+  }
+
+  /**
+   * take spends cost (opts.cost, default 1) from key's fleet-wide rate
+   * limiter if rate ({ limit, periodMs, burst }: at most limit per periodMs,
+   * in bursts of up to burst, default limit) allows it now, and resolves with
+   * the decision { allowed, remaining, retryAfterMs, resetAfterMs }: not
+   * allowed is a decision, not an error. Every caller of key must give the
+   * same rate while its limiter is in use (else FAILED_PRECONDITION).
+   */
+  async take(key, rate, opts = {}) {
+    return takeOnce(this._transport, key, rate, opts.cost ?? 1, 0, opts.signal);
+  }
+
+  /**
+   * wait spends cost (opts.cost, default 1) from key's limiter, waiting for
+   * its turn: lockd keeps its place among the waiters (served in order,
+   * without polling) and answers when the turn comes. With opts.waitMs it
+   * waits at most that long, and rejects with a RateLimitedError at once
+   * when the turn would come later; without it, as long as it takes.
+   * opts.signal (an AbortSignal) gives the turn up.
+   */
+  async wait(key, rate, opts = {}) {
+    return waitTurn(this._transport, key, rate, opts);
   }
 
   /** close stops every observer, resigns every leadership, releases every lease still open and closes the connections. */

@@ -87,8 +87,9 @@ class Leadership extends EventEmitter {
 
   /**
    * resign ends the leadership at once, so the next candidate is elected, and
-   * stops keeping it alive. Resigning a resigned or lost leadership does
-   * nothing.
+   * stops keeping it alive. Resigning a lost leadership rejects with its
+   * LeaseLostError, as releasing a lost lease does; resigning a resigned
+   * leadership does nothing.
    */
   async resign() {
     if (this._closed) return;
@@ -99,9 +100,11 @@ class Leadership extends EventEmitter {
       if (!this._lostWith) await this._client._resign(this.name, this.leaseId);
     } catch (e) {
       if (e.code !== grpc.status.NOT_FOUND) throw e;
+      this._lostWith = new LeaseLostError(this.name, `Resign: ${e.details}`);
     } finally {
       this._call.cancel();
     }
+    if (this._lostWith) throw this._lostWith;
   }
 
   /** @internal Opens the Campaign stream on target; resolves with the first leader message. */

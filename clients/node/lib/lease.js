@@ -87,9 +87,11 @@ class Lease extends EventEmitter {
 
   /**
    * release gives one hold back (retried safely on another replica) and stops
-   * keeping the lease alive. Releasing a released lease, or one lockd reported
-   * gone, does nothing; a lease given up for lack of confirmed renewals is
-   * released in the background, in case lockd still holds it.
+   * keeping the lease alive. Releasing a lost lease rejects with its
+   * LeaseLostError, since the work it guarded may have overlapped another
+   * holder's (a lease given up for lack of confirmed renewals is still
+   * released in the background, in case lockd holds it); releasing a
+   * released lease does nothing.
    */
   async release() {
     if (this._closed) return;
@@ -105,15 +107,21 @@ class Lease extends EventEmitter {
     } finally {
       call?.cancel();
     }
+    if (this._lostWith) throw this._lostWith;
   }
 
+  // _releaseNow releases the lease; lockd not knowing it (NOT_FOUND) means it
+  // was lost, and is thrown as such. Other failures leave the lease to run
+  // out by itself.
   async _releaseNow() {
     try {
       await this._client._release(this.key, this.leaseId);
     } catch (e) {
-      if (e.code !== grpc.status.NOT_FOUND) {
-        process.emitWarning(`releasing the lease on ${this.key} failed; it runs out by itself: ${e.message}`);
+      if (e.code === grpc.status.NOT_FOUND) {
+        this._lostWith ??= new LeaseLostError(this.key, `Release: ${e.details}`);
+        return;
       }
+      process.emitWarning(`releasing the lease on ${this.key} failed; it runs out by itself: ${e.message}`);
     }
   }
 

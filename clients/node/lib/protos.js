@@ -1,13 +1,13 @@
 'use strict';
 // Loads lockd's wire API from proto/lockd/v1: the package's own copy (made by
-// `npm pack` through the prepack script) or, in a checkout of lockd, the
+// `npm pack` through scripts/pack.js) or, in a checkout of lockd, the
 // repository's proto/ directory, so the client never drifts from the protos.
 const fs = require('node:fs');
 const path = require('node:path');
 const grpc = require('@grpc/grpc-js');
 const protoLoader = require('@grpc/proto-loader');
 
-const FILES = ['lockd/v1/lock.proto', 'lockd/v1/token.proto', 'lockd/v1/election.proto', 'lockd/v1/semaphore.proto'];
+const FILES = ['lockd/v1/lock.proto', 'lockd/v1/token.proto', 'lockd/v1/election.proto', 'lockd/v1/semaphore.proto', 'lockd/v1/ratelimit.proto'];
 const OWN = path.join(__dirname, '..', 'proto');
 const REPO = path.join(__dirname, '..', '..', '..', 'proto');
 
@@ -32,14 +32,6 @@ function load() {
     loaded = grpc.loadPackageDefinition(def).lockd.v1;
   }
   return loaded;
-}
-
-// `node lib/protos.js --copy` copies the repository's protos into the package.
-if (require.main === module && process.argv[2] === '--copy') {
-  for (const f of FILES) {
-    fs.mkdirSync(path.dirname(path.join(OWN, f)), { recursive: true });
-    fs.copyFileSync(path.join(REPO, f), path.join(OWN, f));
-  }
 }
 
 module.exports = { load };

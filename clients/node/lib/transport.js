@@ -29,6 +29,7 @@ class Transport {
     this.tokens = this.targets.map((t) => new v1.TokenService(t, creds, options));
     this.elections = this.targets.map((t) => new v1.ElectionService(t, creds, options));
     this.semaphores = this.targets.map((t) => new v1.SemaphoreService(t, creds, options));
+    this.rateLimits = this.targets.map((t) => new v1.RateLimitService(t, creds, options));
     this.callTimeoutMs = opts.callTimeoutMs ?? 10_000;
     this.retryTimeoutMs = opts.retryTimeoutMs ?? 15_000;
     this.token = opts.token;
@@ -97,7 +98,7 @@ class Transport {
 
   close() {
     this.closed = true;
-    for (const c of [...this.locks, ...this.tokens, ...this.elections, ...this.semaphores]) c.close();
+    for (const c of [...this.locks, ...this.tokens, ...this.elections, ...this.semaphores, ...this.rateLimits]) c.close();
   }
 }
 

@@ -129,6 +129,9 @@ describe('election', () => {
       assert.ok(l1.signal.aborted);
       assert.equal(l1.isLeader, false);
       await assert.rejects(l1.proclaim('late'), LeaseLostError);
+      // Resigning a lost leadership is an error, as releasing a lost lease is.
+      await assert.rejects(l1.resign(), (e) => e === why);
+      await l1.resign();
       assert.ok(l2.term > l1.term);
       await l2.resign();
     } finally {

@@ -47,6 +47,10 @@ describe('loss', () => {
       assert.equal(lease.held, false);
       assert.throws(() => lease.checkHeld(), LeaseLostError);
       assert.ok(next.fencingToken > lease.fencingToken);
+      // Releasing a lost lease is an error: the work it guarded may have
+      // overlapped the next owner's. Releasing it again does nothing.
+      await assert.rejects(lease.release(), (e) => e === why);
+      await lease.release();
       await next.release();
     } finally {
       await a.close();

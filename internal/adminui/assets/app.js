@@ -45,8 +45,31 @@ function fill(table, rows, cols, emptyText) {
   }
 }
 
+// Bidirectional and other invisible format characters in keys, owners
+// and values are shown as their code points, and each such text is
+// isolated in a <bdi>, so none of them can reorder what surrounds it
+// ("(orders)" shown as "(sredro)").
+const INVISIBLE = /[\u00AD\u061C\u200B-\u200F\u202A-\u202E\u2060-\u2064\u2066-\u206F\uFEFF]/g;
+function shown(s) {
+  return String(s == null ? "" : s).replace(INVISIBLE,
+    (c) => "\u27E8U+" + c.codePointAt(0).toString(16).toUpperCase().padStart(4, "0") + "\u27E9");
+}
+function isolated(s) { return el("bdi", shown(s)); }
+function texts(...parts) {
+  const f = document.createDocumentFragment();
+  for (const p of parts) f.appendChild(typeof p === "string" ? document.createTextNode(p) : p);
+  return f;
+}
+
 function mode(m) { return (m || "").replace("LOCK_MODE_", "").toLowerCase(); }
-function holderName(h) { return h.client ? h.owner + " (" + h.client + ")" : h.owner; }
+function holderName(h) {
+  return h.client ? texts(isolated(h.owner), " (", isolated(h.client), ")") : isolated(h.owner);
+}
+function holderNames(hs) {
+  const f = document.createDocumentFragment();
+  hs.forEach((h, i) => { if (i > 0) f.appendChild(document.createTextNode(", ")); f.appendChild(holderName(h)); });
+  return f;
+}
 function left(d) {
   const s = parseFloat(d || "0");
   return s >= 60 ? Math.floor(s / 60) + "m" + Math.round(s % 60) + "s" : s.toFixed(1) + "s";
@@ -73,17 +96,16 @@ function render(data) {
   for (const l of data.locks) {
     if (l.kind === "LOCK_KIND_ELECTION") {
       const leader = l.holders[0] || {};
-      elections.push(row([l.key, holderName(leader), l.election.term, l.election.value, left(leader.ttlLeft),
+      elections.push(row([isolated(l.key), holderName(leader), l.election.term, isolated(l.election.value), left(leader.ttlLeft),
         l.waitingWriters, releaseButton(l.key, leader.owner, "Force out leader")]));
     } else if (l.kind === "LOCK_KIND_SEMAPHORE") {
-      const names = l.holders.map(holderName).join(", ");
-      semaphores.push(row([l.key, l.semaphore.permitsInUse + " / " + l.semaphore.limit, names,
+      semaphores.push(row([isolated(l.key), l.semaphore.permitsInUse + " / " + l.semaphore.limit, holderNames(l.holders),
         releaseButton(l.key, "", "Release all")]));
     } else if (l.holders.length === 0) {
-      locks.push(row([l.key, "(none)", "", "", "", "", l.waitingWriters, ""]));
+      locks.push(row([isolated(l.key), "(none)", "", "", "", "", l.waitingWriters, ""]));
     } else {
       for (const h of l.holders) {
-        locks.push(row([l.key, holderName(h), mode(h.mode), h.holdCount, h.fencingToken, left(h.ttlLeft),
+        locks.push(row([isolated(l.key), holderName(h), mode(h.mode), h.holdCount, h.fencingToken, left(h.ttlLeft),
           l.waitingWriters, releaseButton(l.key, h.owner)]));
       }
     }
@@ -94,8 +116,8 @@ function render(data) {
 }
 
 function renderApps(data) {
-  const rows = (data.apps || []).map((a) => row([a.app, a.hasToken ? when(a.expireTime) : "no token",
-    when(a.lastMintTime), a.mintsToday, when(a.nextRefreshTime), a.lastError || ""]));
+  const rows = (data.apps || []).map((a) => row([isolated(a.app), a.hasToken ? when(a.expireTime) : "no token",
+    when(a.lastMintTime), a.mintsToday, when(a.nextRefreshTime), isolated(a.lastError || "")]));
   fill("#apps", rows, 6, "No apps configured.");
 }
 
@@ -105,18 +127,29 @@ function setStatus(text, error) {
   s.className = error ? "error" : "";
 }
 
+// screens holds the page token of each screen of keys visited, the one
+// shown last; next is the token of the screen after it ("" for none).
+let screens = [""], next = "";
+function showScreens() {
+  $("#prev").disabled = screens.length === 1;
+  $("#next").disabled = next === "";
+  $("#screen").textContent = next === "" && screens.length === 1 ? "" : "keys, screen " + screens.length;
+}
+
 let timer = null;
 async function refresh() {
   clearTimeout(timer);
   try {
     const prefix = $("#prefix").value;
     const [locks, apps] = await Promise.all([
-      call("/ui/api/locks?prefix=" + encodeURIComponent(prefix)),
+      call("/ui/api/locks?prefix=" + encodeURIComponent(prefix) + "&page_token=" + encodeURIComponent(screens[screens.length - 1])),
       call("/ui/api/apps"),
     ]);
     render(locks);
     renderApps(apps);
-    setStatus("updated " + new Date().toLocaleTimeString() + (locks.truncated ? " (more keys than shown: narrow the prefix)" : ""));
+    next = locks.next || "";
+    showScreens();
+    setStatus("updated " + new Date().toLocaleTimeString());
   } catch (e) {
     setStatus(e.message, true);
   }
@@ -125,7 +158,7 @@ async function refresh() {
 
 function confirmRelease(key, owner) {
   const d = $("#confirm");
-  $("#confirm-what").textContent = owner ? key + " held by " + owner : "every holder of " + key;
+  $("#confirm-what").replaceChildren(owner ? texts(isolated(key), " held by ", isolated(owner)) : texts("every holder of ", isolated(key)));
   d.returnValue = "";
   d.onclose = async () => {
     if (d.returnValue !== "yes") return;
@@ -148,7 +181,10 @@ document.addEventListener("DOMContentLoaded", () => {
     refresh();
   });
   $("#forget").addEventListener("click", () => { sessionStorage.removeItem("lockd-token"); refresh(); });
-  $("#filter-form").addEventListener("submit", (ev) => { ev.preventDefault(); refresh(); });
-  $("#prefix").addEventListener("change", refresh);
+  const restart = () => { screens = [""]; next = ""; refresh(); };
+  $("#filter-form").addEventListener("submit", (ev) => { ev.preventDefault(); restart(); });
+  $("#prefix").addEventListener("change", restart);
+  $("#next").addEventListener("click", () => { if (next !== "") { screens.push(next); refresh(); } });
+  $("#prev").addEventListener("click", () => { if (screens.length > 1) { screens.pop(); refresh(); } });
   refresh();
 });

@@ -22,6 +22,7 @@ func (s *Server) validate(w http.ResponseWriter, r *http.Request) {
 	}
 	tok := r.URL.Query().Get("access_token")
 	s.mu.Lock()
+	s.seen[r.URL.Path] = append(s.seen[r.URL.Path], tok)
 	code := s.check(tok)
 	s.mu.Unlock()
 	if code != 0 {
@@ -152,7 +153,7 @@ func (s *Server) ticket(w http.ResponseWriter, r *http.Request, wecom bool, kind
 	now := s.opts.Now()
 	cur := a.tickets[kind]
 	var answer map[string]any
-	if cur != nil && now.Before(cur.expires) {
+	if cur != nil && now.Before(cur.expires) && cur.expires.Sub(now) > s.opts.TicketFreshWindow {
 		answer = map[string]any{"ticket": cur.value, "expires_in": s.opts.Rounding.seconds(cur.expires.Sub(now))}
 	} else {
 		s.seq++

@@ -47,6 +47,15 @@ func (s *Server) SetLatency(d time.Duration) {
 	s.latency = d
 }
 
+// SetReplyDelay has every later request served at once (a token minted)
+// but answered only after d of real time, or not at all if the client
+// gives up first: an upstream whose answers are lost after it acted.
+func (s *Server) SetReplyDelay(d time.Duration) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.replyDelay = d
+}
+
 // Mints returns how many token requests named the appid or corpid id,
 // whatever their outcome: what the upstream's own call counter would show.
 func (s *Server) Mints(id string) int {
@@ -110,6 +119,11 @@ func (s *Server) RevokeTokens(id string) {
 	}
 	for _, m := range []map[string]*account{s.apps, s.corps} {
 		if a := m[id]; a != nil {
+			clear(a.current)
+		}
+	}
+	for _, a := range s.others {
+		if a.id == id {
 			clear(a.current)
 		}
 	}

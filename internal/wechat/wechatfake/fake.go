@@ -1,10 +1,11 @@
-// Package wechatfake is a fake of the WeChat and WeCom token endpoints for
-// tests and local trials. It mints tokens the way the real services do,
-// with their windows and limits on an injectable clock, checks tokens on
-// validation endpoints, serves JS-SDK tickets, counts every call per
-// endpoint, and fails on demand.
+// Package wechatfake is a fake of the token endpoints lockd mints from:
+// WeChat and WeCom, Feishu/Lark, DingTalk and an OAuth2 client-credentials
+// server, for tests and local trials. It mints tokens the way the real
+// services do, with their windows and limits on an injectable clock, checks
+// tokens on validation endpoints, serves JS-SDK tickets, counts every call
+// per endpoint, and fails on demand.
 //
-// Endpoints:
+// WeChat and WeCom endpoints:
 //
 //	GET  /cgi-bin/token?grant_type=client_credential&appid=&secret=   WeChat classic
 //	POST /cgi-bin/stable_token {grant_type, appid, secret, force_refresh}  WeChat stable
@@ -26,6 +27,23 @@
 // token that reached its expires_in, and 40001 (WeCom: 40014) for a token the
 // fake never issued, ended early (superseded, forced, revoked) or was told
 // to Reject.
+//
+// The other providers' endpoints (see providers.go):
+//
+//	POST /open-apis/auth/v3/tenant_access_token/internal {app_id, app_secret}   Feishu/Lark
+//	POST /open-apis/auth/v3/app_access_token/internal    {app_id, app_secret}   Feishu/Lark
+//	GET  /open-apis/contact/v3/scopes (Authorization: Bearer)                   Feishu validation
+//	POST /v1.0/oauth2/accessToken {appKey, appSecret}                           DingTalk
+//	GET  /gettoken?appkey=&appsecret=                                           DingTalk (legacy)
+//	GET  /v1.0/contact/users/me (x-acs-dingtalk-access-token)                   DingTalk validation
+//	POST /oauth2/token grant_type=client_credentials (Basic or body)            OAuth2 (RFC 6749 §4.4)
+//	GET  /oauth2/resource (Authorization: Bearer)                               OAuth2 validation
+//
+// Feishu hands out the current token again while it has FeishuFreshWindow
+// or more left, then a new one (the old one lives out its lifetime);
+// DingTalk hands out the current token again with its life renewed, and a
+// new one once it expired; the OAuth2 server mints a new token on every
+// call unless OAuth2Reuse says otherwise.
 package wechatfake
 
 import (
@@ -36,6 +54,8 @@ import (
 	"io"
 	"net/http"
 	"net/http/httptest"
+	"strconv"
+	"strings"
 	"sync"
 	"time"
 )
@@ -47,6 +67,33 @@ type Options struct {
 	Apps map[string]string
 	// Corps maps WeCom corpids to their corpsecrets.
 	Corps map[string]string
+	// Feishu maps Feishu app_ids to their app_secrets.
+	Feishu map[string]string
+	// DingTalk maps DingTalk appKeys to their appSecrets.
+	DingTalk map[string]string
+	// OAuth2 maps OAuth2 client_ids to their client_secrets.
+	OAuth2 map[string]string
+	// OAuth2Scopes, when set, are the scopes a client may ask for; others
+	// are invalid_scope.
+	OAuth2Scopes []string
+	// OAuth2Audience, when set, is the audience every request must name.
+	OAuth2Audience string
+	// OAuth2Reuse, when positive, makes the OAuth2 server hand out the
+	// current token again while it has more than that left (some servers
+	// do); by default every call mints a new token.
+	OAuth2Reuse time.Duration
+	// FeishuFreshWindow is the life left below which Feishu hands out a new
+	// token rather than the current one (default 30 min).
+	FeishuFreshWindow time.Duration
+	// TicketFreshWindow is the life left below which the ticket endpoints
+	// hand out a new ticket rather than the current one (the old one lives
+	// out its lifetime); default 0: the same ticket until it expired.
+	TicketFreshWindow time.Duration
+	// Renew makes every endpoint that hands out the current token again
+	// (stable in normal mode, WeCom, Feishu) renew its life to ExpiresIn and
+	// announce that, as DingTalk does: an upstream lockd did not write,
+	// such as a proxy in front of the real one.
+	Renew bool
 	// NotWhitelisted lists appids and corpids whose correct calls are
 	// refused as coming from an IP outside the whitelist: 40164 (WeCom 60020).
 	NotWhitelisted []string
@@ -100,6 +147,7 @@ func (o Options) withDefaults() Options {
 	o.ExpiresIn = max(o.ExpiresIn.Truncate(time.Second), time.Second)
 	dur(&o.ClassicGrace, 5*time.Minute)
 	dur(&o.StableLastWindow, 5*time.Minute)
+	dur(&o.FeishuFreshWindow, 30*time.Minute)
 	dur(&o.ForceRefreshInterval, 30*time.Second)
 	count(&o.ForceRefreshPerDay, 20)
 	count(&o.DailyQuota, 2000)
@@ -142,11 +190,14 @@ type Server struct {
 	mu         sync.Mutex
 	apps       map[string]*account // WeChat, by appid
 	corps      map[string]*account // WeCom, by corpid
+	others     map[string]*account // Feishu, DingTalk and OAuth2, by kind:id
+	seen       map[string][]string // access tokens the validation endpoints received, by path
 	tokens     map[string]*token
 	tickets    map[string]*token
 	faults     []fault            // for the token endpoints
 	pathFaults map[string][]fault // for one path
 	latency    time.Duration
+	replyDelay time.Duration
 	mints      map[string]int
 	issued     map[string]int
 	forces     map[string]int
@@ -171,14 +222,19 @@ type account struct {
 type api string
 
 const (
-	apiClassic api = "classic"
-	apiStable  api = "stable"
-	apiWeCom   api = "wecom"
+	apiClassic      api = "classic"
+	apiStable       api = "stable"
+	apiWeCom        api = "wecom"
+	apiFeishuTenant api = "feishu-tenant"
+	apiFeishuApp    api = "feishu-app"
+	apiDingTalk     api = "dingtalk"
+	apiOAuth2       api = "oauth2"
 )
 
 type token struct {
 	value   string
 	owner   string // appid or corpid
+	kind    api
 	wecom   bool
 	expires time.Time
 	early   bool // ended before its lifetime: superseded, forced or revoked
@@ -203,6 +259,8 @@ func NewHandler(opts Options) *Server {
 		opts:       opts.withDefaults(),
 		apps:       map[string]*account{},
 		corps:      map[string]*account{},
+		others:     map[string]*account{},
+		seen:       map[string][]string{},
 		tokens:     map[string]*token{},
 		tickets:    map[string]*token{},
 		pathFaults: map[string][]fault{},
@@ -218,6 +276,11 @@ func NewHandler(opts Options) *Server {
 	for id, secret := range opts.Corps {
 		s.AddCorp(id, secret)
 	}
+	for kind, m := range map[api]map[string]string{apiFeishuTenant: opts.Feishu, apiDingTalk: opts.DingTalk, apiOAuth2: opts.OAuth2} {
+		for id, secret := range m {
+			s.addOther(kind, id, secret)
+		}
+	}
 	for _, id := range opts.NotWhitelisted {
 		s.SetWhitelisted(id, false)
 	}
@@ -229,6 +292,14 @@ func NewHandler(opts Options) *Server {
 	s.mux.HandleFunc("/cgi-bin/ticket/getticket", s.wechatTicket)
 	s.mux.HandleFunc("/cgi-bin/get_jsapi_ticket", s.wecomJSAPITicket)
 	s.mux.HandleFunc("/cgi-bin/ticket/get", s.wecomTicket)
+	s.mux.HandleFunc("/open-apis/auth/v3/tenant_access_token/internal", s.feishuToken(apiFeishuTenant))
+	s.mux.HandleFunc("/open-apis/auth/v3/app_access_token/internal", s.feishuToken(apiFeishuApp))
+	s.mux.HandleFunc("/open-apis/contact/v3/scopes", s.feishuScopes)
+	s.mux.HandleFunc("/v1.0/oauth2/accessToken", s.dingtalkToken)
+	s.mux.HandleFunc("/gettoken", s.dingtalkLegacyToken)
+	s.mux.HandleFunc("/v1.0/contact/users/me", s.dingtalkMe)
+	s.mux.HandleFunc("/oauth2/token", s.oauth2Token)
+	s.mux.HandleFunc("/oauth2/resource", s.oauth2Resource)
 	return s
 }
 
@@ -248,7 +319,28 @@ func (s *Server) Close() {
 }
 
 // ServeHTTP serves the endpoints.
-func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) { s.mux.ServeHTTP(w, r) }
+func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
+	s.mu.Lock()
+	delay := s.replyDelay
+	s.mu.Unlock()
+	if delay <= 0 {
+		s.mux.ServeHTTP(w, r)
+		return
+	}
+	// The request is served (a token minted) at once; the answer waits.
+	rec := httptest.NewRecorder()
+	s.mux.ServeHTTP(rec, r)
+	select {
+	case <-time.After(delay):
+	case <-r.Context().Done():
+		return
+	}
+	for k, v := range rec.Header() {
+		w.Header()[k] = v
+	}
+	w.WriteHeader(rec.Code)
+	_, _ = w.Write(rec.Body.Bytes())
+}
 
 // AddApp registers a WeChat app, or changes its secret.
 func (s *Server) AddApp(appid, secret string) { s.add(s.apps, appid, secret, false) }
@@ -268,25 +360,26 @@ func (s *Server) add(m map[string]*account, id, secret string, wecom bool) {
 
 // errmsgs holds the real services' messages for the errcodes the fake uses.
 var errmsgs = map[int]string{
-	-1:    "system error",
-	40001: "invalid credential, access_token is invalid or not latest",
-	40097: "invalid args",
-	40002: "invalid grant_type",
-	40013: "invalid appid",
-	40014: "invalid access_token",
-	40125: "invalid appsecret",
-	40164: "invalid ip 127.0.0.1, not in whitelist",
-	41001: "access_token missing",
-	41002: "appid missing",
-	41004: "appsecret missing",
-	42001: "access_token expired",
-	43001: "require GET method",
-	43002: "require POST method",
-	45009: "reach max api daily quota limit",
-	45011: "api minute-quota reach limit  mustslower  retry next minute",
-	47001: "data format error",
-	50002: "user limited",
-	60020: "not allow to access from your ip",
+	-1:       "system error",
+	40001:    "invalid credential, access_token is invalid or not latest",
+	40097:    "invalid args",
+	40002:    "invalid grant_type",
+	40013:    "invalid appid",
+	40014:    "invalid access_token",
+	40125:    "invalid appsecret",
+	40164:    "invalid ip 127.0.0.1, not in whitelist",
+	41001:    "access_token missing",
+	41002:    "appid missing",
+	41004:    "appsecret missing",
+	42001:    "access_token expired",
+	43001:    "require GET method",
+	43002:    "require POST method",
+	45009:    "reach max api daily quota limit",
+	45011:    "api minute-quota reach limit  mustslower  retry next minute",
+	99991400: "request trigger frequency limit",
+	47001:    "data format error",
+	50002:    "user limited",
+	60020:    "not allow to access from your ip",
 }
 
 func reply(w http.ResponseWriter, v any) {
@@ -345,9 +438,27 @@ func (s *Server) answerFault(w http.ResponseWriter, r *http.Request, tokenEndpoi
 		w.WriteHeader(f.status)
 		fmt.Fprintf(w, "<html><body>%d %s</body></html>\n", f.status, http.StatusText(f.status))
 	default:
-		replyErr(w, f.errcode)
+		replyFault(w, r.URL.Path, f.errcode)
 	}
 	return true
+}
+
+// replyFault answers an injected errcode in the shape of path's provider.
+func replyFault(w http.ResponseWriter, path string, errcode int) {
+	msg, ok := errmsgs[errcode]
+	if !ok {
+		msg = "fake error"
+	}
+	switch {
+	case strings.HasPrefix(path, "/open-apis/"):
+		replyStatus(w, http.StatusBadRequest, map[string]any{"code": errcode, "msg": msg})
+	case strings.HasPrefix(path, "/v1.0/"):
+		replyStatus(w, http.StatusBadRequest, map[string]any{"code": strconv.Itoa(errcode), "message": msg, "requestid": "fake"})
+	case strings.HasPrefix(path, "/oauth2/"):
+		replyStatus(w, http.StatusBadRequest, map[string]any{"error": "invalid_request", "error_description": fmt.Sprintf("%s (%d)", msg, errcode)})
+	default:
+		replyErr(w, errcode)
+	}
 }
 
 func (s *Server) classic(w http.ResponseWriter, r *http.Request) {
@@ -485,6 +596,9 @@ func (s *Server) mint(a *account, which api, force bool) (map[string]any, int) {
 		reuse = reuse && cur.expires.Sub(now) > s.opts.StableLastWindow
 	}
 	if reuse {
+		if s.opts.Renew {
+			cur.expires = now.Add(s.opts.ExpiresIn)
+		}
 		return map[string]any{"access_token": cur.value, "expires_in": s.opts.Rounding.seconds(cur.expires.Sub(now))}, 0
 	}
 	if cur != nil {
@@ -507,6 +621,7 @@ func (s *Server) newToken(a *account, which api, now time.Time) *token {
 	t := &token{
 		value:   fmt.Sprintf("fake.%s.%d.%s", which, s.seq, hex.EncodeToString(b[:])),
 		owner:   a.id,
+		kind:    which,
 		wecom:   a.wecom,
 		expires: now.Add(s.opts.ExpiresIn),
 	}

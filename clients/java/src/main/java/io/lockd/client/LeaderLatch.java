@@ -119,7 +119,7 @@ public final class LeaderLatch implements AutoCloseable {
       t.interrupt();
     }
     if (l != null) {
-      l.close();
+      resignQuietly(l);
     }
     if (t != null) {
       try {
@@ -151,7 +151,7 @@ public final class LeaderLatch implements AutoCloseable {
       }
       synchronized (this) {
         if (closed) {
-          l.close();
+          resignQuietly(l);
           return;
         }
         current = l;
@@ -170,6 +170,15 @@ public final class LeaderLatch implements AutoCloseable {
         notifyAll();
       }
       listeners.forEach(Listener::notLeader);
+    }
+  }
+
+  /** Resigns l; its loss, if it was lost, was already told to the listeners (notLeader). */
+  private static void resignQuietly(Leadership l) {
+    try {
+      l.close();
+    } catch (LeaseLostException lost) {
+      // Reported through notLeader.
     }
   }
 

@@ -230,8 +230,10 @@ public final class Leadership implements AutoCloseable {
 
   /**
    * Ends the leadership at once, so the next candidate is elected, and stops keeping it alive.
-   * Resigning a resigned or lost leadership does nothing.
+   * Resigning a resigned leadership does nothing.
    *
+   * @throws LeaseLostException when the leadership was lost (the first time it is resigned), as
+   *     closing a lost {@link Lease} does
    * @throws LockdException when lockd could not be reached; the leadership then ends at its ttl
    */
   public void resign() throws InterruptedException {
@@ -245,25 +247,39 @@ public final class Leadership implements AutoCloseable {
       c = call;
     }
     client.forget(this);
+    LeaseLostException gone = lostWith();
     try {
-      if (lostWith() == null) {
+      if (gone == null) {
         client.resign(name, leaseId);
       }
     } catch (LockdException e) {
       if (e.code() != Status.Code.NOT_FOUND) {
         throw e;
       }
+      gone = new LeaseLostException(name, "Resign: " + e.status().getDescription());
     } finally {
       c.cancel("resigned", null);
-      lost.cancel(false);
+      if (gone == null) {
+        lost.cancel(false);
+      }
+    }
+    if (gone != null) {
+      lost.complete(gone);
+      throw gone;
     }
   }
 
-  /** Resigns; a failure to reach lockd is logged (the leadership then ends at its ttl). */
+  /**
+   * Resigns; a failure to reach lockd is logged (the leadership then ends at its ttl).
+   *
+   * @throws LeaseLostException when the leadership was lost (the first time it is closed)
+   */
   @Override
   public void close() {
     try {
       resign();
+    } catch (LeaseLostException e) {
+      throw e;
     } catch (LockdException e) {
       log.log(Level.WARNING, "resigning {0} failed; the leadership ends at its ttl: {1}", name, e);
     } catch (InterruptedException e) {

@@ -169,19 +169,30 @@ public final class Lease implements AutoCloseable {
   }
 
   /**
-   * Gives one hold of the lease back and stops keeping it alive. Closing a closed lease, or one
-   * lockd reported gone, does nothing; a lease given up for lack of confirmed renewals is released
-   * in the background, in case lockd still holds it. A release that fails (lockd unreachable past
-   * the retries) is logged; the lease then runs out by itself within its ttl.
+   * Gives one hold of the lease back and stops keeping it alive. Closing a closed lease does
+   * nothing. A release that fails (lockd unreachable past the retries) is logged; the lease then
+   * runs out by itself within its ttl.
+   *
+   * @throws LeaseLostException when the lease was lost (the first time it is closed): the work it
+   *     guarded may have overlapped another holder's. A lease given up for lack of confirmed
+   *     renewals is still released in the background, in case lockd holds it.
    */
   @Override
   public void close() {
+    LeaseLostException lostAtClose = discard();
+    if (lostAtClose != null) {
+      throw lostAtClose;
+    }
+  }
+
+  /** Closes the lease as {@link #close()} does; returns its loss instead of throwing it. */
+  LeaseLostException discard() {
     ClientCall<KeepAliveRequest, KeepAliveResponse> c;
     boolean held;
     boolean releaseLost;
     synchronized (this) {
       if (closed) {
-        return;
+        return null;
       }
       closed = true;
       held = lostWith == null;
@@ -191,9 +202,10 @@ public final class Lease implements AutoCloseable {
       cancelTimers();
     }
     client.forget(this);
+    LeaseLostException gone = null;
     try {
       if (held) {
-        release();
+        gone = release();
       } else if (releaseLost) {
         transport.callbacks.execute(this::release);
       }
@@ -203,22 +215,33 @@ public final class Lease implements AutoCloseable {
       if (c != null) {
         c.cancel("lease closed", null);
       }
-      if (held) {
-        lost.cancel(false);
+    }
+    synchronized (this) {
+      if (lostWith == null) {
+        lostWith = gone;
       }
     }
+    if (gone != null) {
+      lost.complete(gone);
+    } else if (held) {
+      lost.cancel(false);
+    }
+    return lostWith();
   }
 
-  private void release() {
+  /** Releases the lease; lockd not knowing it (NOT_FOUND) means it was lost, which is returned. */
+  private LeaseLostException release() {
     try {
       client.release(key, leaseId);
     } catch (LockdException e) {
-      if (e.code() != Status.Code.NOT_FOUND) {
-        log.log(Level.WARNING, "releasing the lease on {0} failed; it runs out by itself: {1}", key, e);
+      if (e.code() == Status.Code.NOT_FOUND) {
+        return new LeaseLostException(key, "Release: " + e.status().getDescription());
       }
+      log.log(Level.WARNING, "releasing the lease on {0} failed; it runs out by itself: {1}", key, e);
     } catch (InterruptedException e) {
       Thread.currentThread().interrupt();
     }
+    return null;
   }
 
   @Override

@@ -1,7 +1,6 @@
 package io.lockd.client;
 
 import io.grpc.ManagedChannel;
-import io.grpc.netty.NettyChannelBuilder;
 import io.lockd.v1.AcquireRequest;
 import io.lockd.v1.AcquireResponse;
 import io.lockd.v1.CampaignRequest;
@@ -17,7 +16,6 @@ import io.lockd.v1.SemaphoreServiceAcquireRequest;
 import io.lockd.v1.SemaphoreServiceAcquireResponse;
 import io.lockd.v1.SemaphoreServiceGrpc;
 import io.grpc.Status;
-import io.netty.handler.ssl.SslContext;
 import java.io.IOException;
 import java.net.InetAddress;
 import java.nio.file.Path;
@@ -67,20 +65,8 @@ public final class LockdClient implements AutoCloseable {
   final ConcurrentHashMap<String, LockdLock.Hold> holds = new ConcurrentHashMap<>();
 
   private LockdClient(Builder b) {
-    List<ManagedChannel> channels = new ArrayList<>();
-    SslContext ssl = b.sslContext();
-    for (String t : b.targets) {
-      NettyChannelBuilder cb = NettyChannelBuilder.forTarget(t);
-      if (ssl != null) {
-        cb.sslContext(ssl);
-        if (b.authority != null) {
-          cb.overrideAuthority(b.authority);
-        }
-      } else {
-        cb.usePlaintext();
-      }
-      channels.add(cb.build());
-    }
+    List<ManagedChannel> channels =
+        ClientChannels.open(b.targets, b.tls, b.trust, b.clientCert, b.clientKey, b.authority);
     ScheduledThreadPoolExecutor scheduler =
         new ScheduledThreadPoolExecutor(1, daemon("lockd-client-timer"));
     scheduler.setRemoveOnCancelPolicy(true);
@@ -175,6 +161,14 @@ public final class LockdClient implements AutoCloseable {
   /** The access_token calls (lockd.v1.TokenService) over this client's connections. */
   public TokenClient tokens() {
     return new TokenClient(transport);
+  }
+
+  /**
+   * The fleet-wide rate limiter of key (lockd.v1.RateLimitService) at rate. See {@link
+   * LockdRateLimiter}.
+   */
+  public LockdRateLimiter rateLimiter(String key, Rate rate) {
+    return new LockdRateLimiter(transport, key, rate);
   }
 
   /**
@@ -306,10 +300,14 @@ public final class LockdClient implements AutoCloseable {
   @Override
   public void close() {
     for (Leadership l : List.copyOf(leading)) {
-      l.close();
+      try {
+        l.close();
+      } catch (LeaseLostException lost) {
+        // Lost meanwhile, and reported through its own lost().
+      }
     }
     for (Lease l : List.copyOf(open)) {
-      l.close();
+      l.discard();
     }
     for (Lease l : List.copyOf(open)) {
       l.abandon();
@@ -584,10 +582,6 @@ public final class LockdClient implements AutoCloseable {
         throw new IllegalStateException("no target: call target(\"127.0.0.1:50051\")");
       }
       return new LockdClient(this);
-    }
-
-    private SslContext sslContext() {
-      return tls ? ClientTls.context(trust, clientCert, clientKey) : null;
     }
 
     private static Duration positive(Duration d, String what) {

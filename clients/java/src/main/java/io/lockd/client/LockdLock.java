@@ -114,17 +114,16 @@ public final class LockdLock implements Lock {
           mode + " lock on " + key + " is not held by " + Thread.currentThread().getName());
     }
     LeaseLostException lost = h.lease.lostWith();
+    if (lost == null && --h.count > 0) {
+      return;
+    }
+    client.holds.remove(slot);
+    lost = h.lease.discard();
     if (lost != null) {
-      client.holds.remove(slot);
-      h.lease.close();
       IllegalMonitorStateException e =
           new IllegalMonitorStateException(mode + " lock on " + key + " was lost while held");
       e.initCause(lost);
       throw e;
-    }
-    if (--h.count == 0) {
-      client.holds.remove(slot);
-      h.lease.close();
     }
   }
 

@@ -60,10 +60,11 @@ public final class LockdSemaphore {
   }
 
   /**
-   * Gives back the oldest permit acquired through this semaphore. A permit lost meanwhile (see
-   * {@link Lease#lost()}) is already back with lockd; it is dropped all the same.
+   * Gives back the oldest permit acquired through this semaphore.
    *
    * @throws IllegalStateException when no permit is held through this semaphore
+   * @throws LeaseLostException when that permit was lost meanwhile (see {@link Lease#lost()}): it
+   *     is dropped all the same, but the work it guarded may have overlapped another holder's
    */
   public void release() {
     Lease l;

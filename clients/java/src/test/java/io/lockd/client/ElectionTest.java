@@ -3,6 +3,7 @@ package io.lockd.client;
 import static org.junit.jupiter.api.Assertions.assertEquals;
 import static org.junit.jupiter.api.Assertions.assertFalse;
 import static org.junit.jupiter.api.Assertions.assertNotNull;
+import static org.junit.jupiter.api.Assertions.assertSame;
 import static org.junit.jupiter.api.Assertions.assertThrows;
 import static org.junit.jupiter.api.Assertions.assertTrue;
 
@@ -137,6 +138,9 @@ class ElectionTest {
       assertEquals(n, why.key());
       assertFalse(l1.isLeader());
       assertThrows(LeaseLostException.class, () -> l1.proclaim("late"));
+      // Resigning a lost leadership is an error, as closing a lost lease is; then it does nothing.
+      assertSame(why, assertThrows(LeaseLostException.class, l1::resign));
+      l1.resign();
       assertTrue(Long.compareUnsigned(l2.term(), l1.term()) > 0);
       l2.close();
     }

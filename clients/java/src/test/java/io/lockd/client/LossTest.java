@@ -3,6 +3,7 @@ package io.lockd.client;
 import static org.junit.jupiter.api.Assertions.assertEquals;
 import static org.junit.jupiter.api.Assertions.assertFalse;
 import static org.junit.jupiter.api.Assertions.assertNotNull;
+import static org.junit.jupiter.api.Assertions.assertSame;
 import static org.junit.jupiter.api.Assertions.assertThrows;
 import static org.junit.jupiter.api.Assertions.assertTrue;
 
@@ -67,6 +68,10 @@ class LossTest {
       assertThrows(LeaseLostException.class, lease::checkHeld);
       assertEquals(k, why.key());
       assertTrue(Long.compareUnsigned(next.fencingToken(), lease.fencingToken()) > 0);
+      // Closing a lost lease is an error: the work it guarded may have overlapped the next
+      // owner's. Closing it again does nothing.
+      assertSame(why, assertThrows(LeaseLostException.class, lease::close));
+      lease.close();
       next.close();
     }
   }

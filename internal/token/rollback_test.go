@@ -1,0 +1,131 @@
+package token_test
+
+import (
+	"context"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/lockd/lockd/internal/redistest"
+	"github.com/lockd/lockd/internal/token"
+	"github.com/lockd/lockd/internal/wechat/wechatfake"
+)
+
+// rollback is a way Redis comes back with older data than the fleet saw.
+type rollback struct {
+	name string
+	do   func(t *testing.T, srv *redistest.Server, snapshot string)
+}
+
+var rollbacks = []rollback{
+	{"a restart from an older RDB snapshot", func(t *testing.T, srv *redistest.Server, snapshot string) {
+		srv.RestartFrom(t, snapshot)
+	}},
+	{"DEBUG RELOAD of the older RDB file, connections kept", func(t *testing.T, srv *redistest.Server, _ string) {
+		if err := srv.Client(t).Do(context.Background(), "DEBUG", "RELOAD", "NOSAVE").Err(); err != nil {
+			t.Fatal(err)
+		}
+	}},
+}
+
+// TestRollbackNeverServesAnOlderToken has Redis come back with the data of
+// a snapshot taken before the fleet replaced a token the upstream then
+// refused: no caller of any replica gets the older token again, no watcher
+// is sent it after the newer one, and at most one mint replaces it.
+func TestRollbackNeverServesAnOlderToken(t *testing.T) {
+	t.Parallel()
+	for _, p := range guaranteed() {
+		for _, rb := range rollbacks {
+			t.Run(p.name+": "+rb.name, func(t *testing.T) {
+				t.Parallel()
+				srv := redistest.Start(t, redistest.WithArgs("--enable-debug-command", "yes"))
+				fake := newFake(t, wechatfake.Options{})
+				f := newFleet(t, srv, 3, []token.App{p.app(fake)}, token.Options{})
+				ctx, cancel := context.WithCancel(timeout(t, 2*time.Minute))
+				defer cancel()
+
+				t1, err := f.brokers[0].Get(ctx, p.name, anyone)
+				if err != nil {
+					t.Fatal(err)
+				}
+				var watchers []*watcher
+				for i := range 30 {
+					watchers = append(watchers, watch(ctx, f.brokers[i%3], p.name, fake.ValidAt))
+				}
+				waitFor(t, "every watcher's first token", func() bool { return allReceived(watchers, 1) })
+				snapshot := srv.Snapshot(t)
+
+				// The upstream stops accepting t1; a report replaces it.
+				p.reject(fake, t1.AccessToken)
+				t2, err := f.brokers[1].Refresh(ctx, p.name, t1.AccessToken, anyone)
+				if err != nil || t2.AccessToken == t1.AccessToken {
+					t.Fatalf("Refresh = %v, %v; want a new token", t2, err)
+				}
+				waitFor(t, "every watcher's second token", func() bool { return allReceived(watchers, 2) })
+				for _, b := range f.brokers {
+					if got, err := b.Get(ctx, p.name, anyone); err != nil || got.AccessToken != t2.AccessToken {
+						t.Fatalf("Get before the rollback = %v, %v", got, err)
+					}
+				}
+				issued := p.issued(fake)
+
+				rb.do(t, srv, snapshot)
+
+				// Callers on every replica, for a while: never t1.
+				var mu sync.Mutex
+				old, failed := 0, 0
+				deadline := time.Now().Add(3 * time.Second)
+				var wg sync.WaitGroup
+				for i := range 30 {
+					wg.Add(1)
+					go func() {
+						defer wg.Done()
+						for time.Now().Before(deadline) {
+							c, cancelCall := context.WithTimeout(ctx, 10*time.Second)
+							got, err := f.brokers[i%3].Get(c, p.name, anyone)
+							cancelCall()
+							mu.Lock()
+							switch {
+							case err != nil:
+								failed++
+							case got.AccessToken == t1.AccessToken:
+								old++
+							}
+							mu.Unlock()
+							time.Sleep(10 * time.Millisecond)
+						}
+					}()
+				}
+				wg.Wait()
+				if old > 0 || failed > 0 {
+					t.Fatalf("after the rollback %d calls got the older token and %d failed", old, failed)
+				}
+				cached, err := f.rdb.HGet(ctx, p.key(fake), "token").Result()
+				if err != nil || cached == t1.AccessToken {
+					t.Fatalf("the cache holds %q (%v) after the rollback: the older token", cached, err)
+				}
+				for i, w := range watchers {
+					got, _ := w.received()
+					for j := 1; j < len(got); j++ {
+						if got[j].AccessToken == t1.AccessToken {
+							t.Fatalf("watcher %d was sent the older token after the newer one: %v", i, got)
+						}
+					}
+				}
+				if n := p.issued(fake) - issued; n > 1 {
+					t.Fatalf("%d tokens minted after the rollback, want at most one", n)
+				}
+			})
+		}
+	}
+}
+
+// allReceived reports whether every watcher received n tokens or more.
+func allReceived(ws []*watcher, n int) bool {
+	for _, w := range ws {
+		if got, _ := w.received(); len(got) < n {
+			return false
+		}
+	}
+	return true
+}
