@@ -95,7 +95,6 @@ type Server struct {
 	mu          sync.Mutex
 	proc        *process // nil while stopped
 	incarnation int      // how many processes were launched, for file names
-	snapshots   int      // how many snapshots were taken, for file names
 }
 
 // process is one running redis-server.
@@ -203,55 +202,6 @@ func (s *Server) Restart(tb testing.TB) {
 			tb.Fatalf("redistest: restarting %s on %s: %v", s.kind(), s.Addr(), err)
 		}
 		time.Sleep(250 * time.Millisecond)
-	}
-}
-
-// Snapshot has the server write its data to disk (SAVE) and returns a copy
-// of the file, for [Server.RestartFrom]: a backup, or the last RDB
-// snapshot before a crash.
-func (s *Server) Snapshot(tb testing.TB) string {
-	tb.Helper()
-	ctx, cancel := context.WithTimeout(context.Background(), startTimeout)
-	defer cancel()
-	if _, err := command(ctx, s.Addr(), "save"); err != nil {
-		tb.Fatalf("redistest: SAVE on %s: %v", s.Addr(), err)
-	}
-	s.mu.Lock()
-	src := filepath.Join(s.dir, fmt.Sprintf("dump-%d.rdb", s.incarnation))
-	s.snapshots++
-	dst := filepath.Join(s.dir, fmt.Sprintf("snapshot-%d.rdb", s.snapshots))
-	s.mu.Unlock()
-	data, err := os.ReadFile(src)
-	if err != nil {
-		tb.Fatalf("redistest: reading the snapshot: %v", err)
-	}
-	if err := os.WriteFile(dst, data, 0o600); err != nil {
-		tb.Fatalf("redistest: copying the snapshot: %v", err)
-	}
-	return dst
-}
-
-// RestartFrom stops the server and starts it again on the same port with
-// the data of snapshot (from [Server.Snapshot]): Redis restarting from an
-// older RDB file, without what was written since.
-func (s *Server) RestartFrom(tb testing.TB, snapshot string) {
-	tb.Helper()
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	if err := s.stopLocked(syscall.SIGTERM); err != nil {
-		tb.Fatalf("redistest: restart: %v", err)
-	}
-	data, err := os.ReadFile(snapshot)
-	if err != nil {
-		tb.Fatalf("redistest: reading %s: %v", snapshot, err)
-	}
-	// launchLocked starts the next incarnation with this file name.
-	next := filepath.Join(s.dir, fmt.Sprintf("dump-%d.rdb", s.incarnation+1))
-	if err := os.WriteFile(next, data, 0o600); err != nil {
-		tb.Fatalf("redistest: placing the snapshot: %v", err)
-	}
-	if err := s.launchLocked(); err != nil {
-		tb.Fatalf("redistest: restarting %s on %s: %v", s.kind(), s.Addr(), err)
 	}
 }
 
