@@ -313,10 +313,15 @@ func (a *attempt) try(ctx context.Context, wait time.Duration) (Result, error) {
 			reply = []any{int64(1)}
 		}
 	}
-	if errors.Is(err, ErrNotReplicated) && (status(reply) == 1) {
+	if errors.Is(err, ErrNotReplicated) && (status(reply) == 1 || status(reply) == 2) {
 		// Granted on the master but not confirmed by its replicas: a
-		// failover could lose it, so give it back.
-		a.undo(true)
+		// failover could lose it. Without a request id it is given back.
+		// With one it is the request's first result, kept for its retry,
+		// which is handed it only once the replicas confirm it: undoing
+		// it could take it from under that retry.
+		if a.req.RequestID == "" && status(reply) == 1 {
+			a.undo(true)
+		}
 		return Result{}, err
 	}
 	if err != nil && !errors.Is(err, ErrNotReplicated) {

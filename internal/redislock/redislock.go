@@ -237,8 +237,9 @@ type Options struct {
 	WatchInterval time.Duration
 	// WaitReplicas, when positive, reports a grant or renewal only once
 	// that many replicas have it (Redis WAIT), so a failover to one of
-	// them keeps it; a grant they do not confirm within WaitTimeout is
-	// given back and fails with ErrNotReplicated.
+	// them keeps it; a grant they do not confirm within WaitTimeout fails
+	// with ErrNotReplicated and is given back, or, with a RequestID, kept
+	// for the retry, which gets it once the replicas confirm it.
 	WaitReplicas int
 	// WaitTimeout bounds each WAIT; default 1s.
 	WaitTimeout time.Duration
