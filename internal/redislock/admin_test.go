@@ -88,7 +88,17 @@ func contractForceRelease(t *testing.T, b backend) {
 	ctx := ctxT(t, 60*time.Second)
 	old := mustAcquire(t, c, redislock.Request{Key: "stuck", Mode: redislock.Write, Owner: "stuck-worker", TTL: 3 * time.Second})
 	kept := make(chan error, 1)
-	go func() { kept <- c.KeepAlive(ctx, "stuck", old.ID, 0, func(redislock.Lease) error { return nil }) }()
+	renewed := make(chan struct{}, 1)
+	go func() {
+		kept <- c.KeepAlive(ctx, "stuck", old.ID, 0, func(redislock.Lease) error {
+			select {
+			case renewed <- struct{}{}:
+			default:
+			}
+			return nil
+		})
+	}()
+	<-renewed // the stream keeps the lease
 	got := make(chan redislock.Result, 1)
 	go func() {
 		res, err := c.Acquire(ctx, redislock.Request{Key: "stuck", Mode: redislock.Write, Owner: "next", TTL: minute, Wait: 45 * time.Second})

@@ -67,7 +67,7 @@ func (s *RateLimitServer) Take(ctx context.Context, req *lockdv1.TakeRequest) (*
 		Limit:     ratelimit.Limit{Limit: req.GetLimit(), Period: period, Burst: req.GetBurst()},
 		Cost:      req.GetCost(),
 		Wait:      wait,
-		RequestID: replayableRequestID(ctx, req.GetRequestId(), ""),
+		RequestID: requestIDFor(ctx, req.GetRequestId()),
 		// Only a call that got a turn to wait for takes a waiter's place.
 		BeforeWait: func() (func(), error) { return s.locks.takeWaiter(ctx) },
 	})
