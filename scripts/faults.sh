@@ -41,7 +41,9 @@ cpu=$(grep -m1 'model name' /proc/cpuinfo | cut -d: -f2- | sed 's/^ //' || true)
   echo "told / after the expiry the holder already knew, which scheduling on a loaded"
   echo "machine can cause); other violations (tokens, keys without expiry, holders"
   echo "evicted by an admin's ForceRelease and never told, scenario"
-  echo "checks). Semaphore permits, held several at once, write to neither resource."
+  echo "checks); the violations column also counts porcupine's verdicts on the"
+  echo "fenced resource, the fencing tokens and the lock itself. Semaphore permits,"
+  echo "held several at once, write to neither resource."
   echo
   if [ -s "$table" ]; then cat "$table"; else echo "(the suite wrote no results)"; fi
   echo

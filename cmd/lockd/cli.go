@@ -99,10 +99,10 @@ func (f *clientFlags) register(fs *flag.FlagSet) {
 	fs.StringVar(&f.tlsServerName, "tls-server-name", "", "name to expect in lockd's certificate (default: the host of --addr)")
 }
 
-// dial returns a client as the flags say; the bearer token comes from
-// --token-file, else from LOCKD_TOKEN.
-func (f *clientFlags) dial(getenv func(string) string) (*client.Client, error) {
-	var opts []client.Option
+// dial returns a client as the flags say, with extra options; the bearer
+// token comes from --token-file, else from LOCKD_TOKEN.
+func (f *clientFlags) dial(getenv func(string) string, extra ...client.Option) (*client.Client, error) {
+	opts := extra
 	token := getenv("LOCKD_TOKEN")
 	if f.tokenFile != "" {
 		b, err := os.ReadFile(f.tokenFile)

@@ -2,6 +2,8 @@ package main
 
 import (
 	"context"
+	"crypto/rand"
+	"encoding/base64"
 	"errors"
 	"flag"
 	"fmt"
@@ -11,8 +13,8 @@ import (
 	"os"
 	"os/exec"
 	"os/signal"
-	"runtime"
 	"strconv"
+	"strings"
 	"syscall"
 	"time"
 
@@ -35,8 +37,8 @@ const (
 
 const lockUsage = "usage: lockd lock [flags] [-n N] KEY -- CMD [ARGS...]"
 
-// acquireMargin is how long beyond --wait lockd lock keeps trying replicas
-// that do not answer before it gives up.
+// acquireMargin is how long beyond --wait lockd lock waits for replicas
+// that take the call but do not answer before it gives up.
 const acquireMargin = 10 * time.Second
 
 // lockFlags are lockd lock's flags and arguments.
@@ -61,7 +63,7 @@ func parseLockFlags(args []string, stderr io.Writer) (*lockFlags, error) {
 	fs.BoolVar(&f.read, "read", false, "take a shared (read) lock instead of an exclusive one")
 	fs.IntVar(&f.permits, "n", 0, "take one of N permits of the semaphore KEY instead of the lock (at most N holders at once)")
 	fs.StringVar(&f.owner, "owner", "", "owner name; the same owner re-enters its lease (default: unique to this run)")
-	fs.DurationVar(&f.killAfter, "kill-after", 10*time.Second, "after the lease is lost and CMD got SIGTERM, SIGKILL it this much later")
+	fs.DurationVar(&f.killAfter, "kill-after", 10*time.Second, "after SIGTERM to CMD's processes (the lease lost, or left running by CMD), SIGKILL them this much later")
 	if err := fs.Parse(args); err != nil {
 		return nil, err
 	}
@@ -91,12 +93,11 @@ func runLock(args []string, getenv func(string) string, _, stderr io.Writer) int
 		fmt.Fprintln(stderr, "lockd lock:", err)
 		return exitUsage
 	}
-	c, err := f.client.dial(getenv)
+	c, err := f.client.dial(getenv, client.WithRetryFor(unreachableFor(f.wait)))
 	if err != nil {
 		fmt.Fprintln(stderr, "lockd lock:", err)
 		return exitUsage
 	}
-	defer c.Close()
 
 	// Signals are caught from the start: while waiting for the lock they
 	// end the wait; while CMD runs they are passed on to it.
@@ -106,24 +107,66 @@ func runLock(args []string, getenv func(string) string, _, stderr io.Writer) int
 
 	lease, code := f.acquire(c, sigs, stderr)
 	if lease == nil {
+		// A call whose outcome was unknown is undone in the background;
+		// lockd lock does not linger for it (a grant nobody keeps alive
+		// runs out at its ttl).
+		closeWithin(c, closeBound)
 		return code
 	}
-	return f.run(lease, sigs, stderr)
+	code = f.run(lease, sigs, stderr)
+	_ = c.Close() // the lease is released or known lost by now: nothing to wait for
+	return code
+}
+
+// unreachableFor is how long lockd lock keeps trying replicas that cannot
+// be reached: as long as --wait, at least 2s and at most 10s.
+func unreachableFor(wait time.Duration) time.Duration {
+	return min(max(wait, 2*time.Second), 10*time.Second)
+}
+
+// closeBound bounds how long lockd lock waits, when it got no lease, for
+// the client to close: for the undo of a call whose outcome is unknown,
+// which takes a moment when lockd answers, and cannot succeed when it
+// cannot be reached.
+const closeBound = 500 * time.Millisecond
+
+// closeWithin closes c, waiting at most d for it.
+func closeWithin(c *client.Client, d time.Duration) {
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		_ = c.Close()
+	}()
+	t := time.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-done:
+	case <-t.C:
+	}
 }
 
 // acquire waits for the lock; without it, it returns the exit status.
 func (f *lockFlags) acquire(c *client.Client, sigs <-chan os.Signal, stderr io.Writer) (*client.Lease, int) {
-	opts := []client.AcquireOption{client.WithWait(f.wait)}
+	// The owner is named here, not made up by the client, so that the
+	// lease is not released when lockd lock's connection closes: killed
+	// uncleanly, lockd lock leaves its lease to run out while its guardian
+	// stops CMD's processes (see startChild).
+	owner := f.owner
+	if owner == "" {
+		owner = uniqueOwner()
+	}
+	opts := []client.AcquireOption{client.WithWait(f.wait), client.WithOwner(owner)}
 	if f.ttl > 0 {
 		opts = append(opts, client.WithTTL(f.ttl))
 	}
-	if f.owner != "" {
-		opts = append(opts, client.WithOwner(f.owner))
-	}
-	// The wait is bounded, and so is the time spent retrying replicas that
-	// do not answer.
-	ctx, cancel := context.WithTimeout(context.Background(), f.wait+acquireMargin)
-	defer cancel()
+	// The wait is bounded, and so is the time spent on replicas that do
+	// not answer. The bound is a timer, not a deadline: without a deadline
+	// the client gives up on replicas it cannot reach after
+	// unreachableFor, and answers why.
+	ctx, cancel := context.WithCancelCause(context.Background())
+	defer cancel(nil)
+	bound := time.AfterFunc(f.wait+acquireMargin, func() { cancel(errNoAnswer) })
+	defer bound.Stop()
 	type result struct {
 		lease *client.Lease
 		err   error
@@ -148,7 +191,7 @@ func (f *lockFlags) acquire(c *client.Client, sigs <-chan os.Signal, stderr io.W
 	select {
 	case res = <-got:
 	case sig := <-sigs:
-		cancel()
+		cancel(nil)
 		if res = <-got; res.lease != nil {
 			_ = res.lease.Release(context.Background())
 		}
@@ -168,6 +211,12 @@ func (f *lockFlags) acquire(c *client.Client, sigs <-chan os.Signal, stderr io.W
 	case status.Code(res.err) == codes.InvalidArgument, status.Code(res.err) == codes.FailedPrecondition && f.permits > 0:
 		fmt.Fprintln(stderr, "lockd lock:", status.Convert(res.err).Message())
 		return nil, exitUsage
+	case status.Code(res.err) == codes.Unavailable:
+		fmt.Fprintf(stderr, "lockd lock: cannot reach lockd at %s (tried for %v): %s\n", f.client.addr, unreachableFor(f.wait), status.Convert(res.err).Message())
+		return nil, exitUnavailable
+	case errors.Is(context.Cause(ctx), errNoAnswer):
+		fmt.Fprintf(stderr, "lockd lock: cannot reach lockd at %s: no answer within %v\n", f.client.addr, f.wait+acquireMargin)
+		return nil, exitUnavailable
 	case res.err != nil:
 		fmt.Fprintln(stderr, "lockd lock:", res.err)
 		return nil, exitUnavailable
@@ -175,39 +224,45 @@ func (f *lockFlags) acquire(c *client.Client, sigs <-chan os.Signal, stderr io.W
 	return res.lease, 0
 }
 
-// run runs CMD while the lease is held and returns lockd lock's exit status.
+// errNoAnswer ends an Acquire that lockd took but did not answer in time.
+var errNoAnswer = errors.New("no answer")
+
+// uniqueOwner names the owner of one run of lockd lock: host:pid:random.
+func uniqueOwner() string {
+	host, _ := os.Hostname()
+	var b [12]byte
+	_, _ = rand.Read(b[:])
+	return fmt.Sprintf("%s:%d:%s", host, os.Getpid(), base64.RawURLEncoding.EncodeToString(b[:]))
+}
+
+// commandEnv is CMD's environment: lockd lock's own without its bearer
+// token, plus the lease's key, id and fencing token.
+func commandEnv(lease *client.Lease) []string {
+	var env []string
+	for _, kv := range os.Environ() {
+		if !strings.HasPrefix(kv, "LOCKD_TOKEN=") {
+			env = append(env, kv)
+		}
+	}
+	return append(env,
+		"LOCKD_KEY="+lease.Key(),
+		"LOCKD_LEASE_ID="+lease.ID(),
+		"LOCKD_FENCING_TOKEN="+strconv.FormatUint(lease.FencingToken(), 10))
+}
+
+// run runs CMD while the lease is held and returns lockd lock's exit
+// status. The lease is released only once CMD and every process it started
+// are gone.
 func (f *lockFlags) run(lease *client.Lease, sigs <-chan os.Signal, stderr io.Writer) int {
 	release := func() {
-		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+		ctx, cancel := context.WithTimeout(context.Background(), releaseTimeout)
 		defer cancel()
 		if err := lease.Release(ctx); err != nil && !errors.Is(err, client.ErrLost) {
 			fmt.Fprintln(stderr, "lockd lock: release:", err)
 		}
 	}
-	cmd := exec.Command(f.argv[0], f.argv[1:]...)
-	cmd.Env = append(os.Environ(),
-		"LOCKD_KEY="+f.key,
-		"LOCKD_LEASE_ID="+lease.ID(),
-		"LOCKD_FENCING_TOKEN="+strconv.FormatUint(lease.FencingToken(), 10))
-	cmd.Stdin, cmd.Stdout, cmd.Stderr = os.Stdin, os.Stdout, os.Stderr
-	attr, restoreTerminal := childAttr()
-	cmd.SysProcAttr = attr
-	defer restoreTerminal()
-
-	started, exited := make(chan error, 1), make(chan error, 1)
-	go func() {
-		// The child's parent-death signal belongs to the thread that
-		// started it: that thread stays with the child until it exits.
-		runtime.LockOSThread()
-		if err := cmd.Start(); err != nil {
-			runtime.UnlockOSThread()
-			started <- err
-			return
-		}
-		started <- nil
-		exited <- cmd.Wait()
-	}()
-	if err := <-started; err != nil {
+	ch, err := startChild(f.argv, commandEnv(lease), f.killAfter, stderr)
+	if err != nil {
 		release()
 		fmt.Fprintln(stderr, "lockd lock:", err)
 		if errors.Is(err, exec.ErrNotFound) || errors.Is(err, fs.ErrNotExist) {
@@ -215,33 +270,47 @@ func (f *lockFlags) run(lease *client.Lease, sigs <-chan os.Signal, stderr io.Wr
 		}
 		return exitCannotRun
 	}
-
 	lost := lease.Lost()
-	var kill <-chan time.Time
 	for {
 		select {
 		case sig := <-sigs:
-			_ = signalGroup(cmd.Process, sig)
+			ch.signal(sig)
 		case <-lost:
 			lost = nil
 			fmt.Fprintf(stderr, "lockd lock: %v; sending SIGTERM to %s\n", lease.Err(), f.argv[0])
-			_ = signalGroup(cmd.Process, syscall.SIGTERM)
-			kill = time.After(f.killAfter)
-		case <-kill:
-			fmt.Fprintf(stderr, "lockd lock: %s still runs %v after SIGTERM; sending SIGKILL\n", f.argv[0], f.killAfter)
-			_ = signalGroup(cmd.Process, syscall.SIGKILL)
-		case <-exited:
-			if lease.Err() != nil {
-				// Lost while CMD ran, or too close to its end to tell.
+			ch.stop()
+		case <-ch.done():
+			if err := lease.Err(); err != nil {
+				// Lost while CMD ran, or too close to its end to tell:
+				// nothing to release (this only stops keeping it).
+				_ = lease.Release(context.Background())
 				if lost != nil {
-					fmt.Fprintf(stderr, "lockd lock: %v\n", lease.Err())
+					fmt.Fprintf(stderr, "lockd lock: %v\n", err)
 				}
 				return exitLost
 			}
 			release()
-			return exitStatus(cmd.ProcessState)
+			return ch.status()
 		}
 	}
+}
+
+// releaseTimeout bounds the release of the lease once CMD is gone.
+const releaseTimeout = 10 * time.Second
+
+// child is CMD as lockd lock runs it.
+type child interface {
+	// signal passes sig on to CMD's processes.
+	signal(sig os.Signal)
+	// stop ends CMD after the lease was lost: SIGTERM to its processes at
+	// once, SIGKILL to those still running the kill-after later.
+	stop()
+	// done is closed once CMD has exited and every process it started
+	// that lockd lock can find is gone.
+	done() <-chan struct{}
+	// status is lockd lock's exit status once done: CMD's own (128 + N
+	// when signal N ended it).
+	status() int
 }
 
 // exitStatus is CMD's exit status as a shell reports it: its code, or 128
@@ -261,4 +330,10 @@ func signalNumber(sig os.Signal) int {
 		return int(s)
 	}
 	return 0
+}
+
+// writeKillNotice says that CMD (name) is sent SIGKILL, killAfter after its
+// SIGTERM.
+func writeKillNotice(stderr io.Writer, name string, killAfter time.Duration) {
+	fmt.Fprintf(stderr, "lockd lock: %s still runs %v after SIGTERM; sending SIGKILL\n", name, killAfter)
 }

@@ -10,9 +10,13 @@ import (
 // forwardedSignals are passed on from lockd lock to CMD.
 var forwardedSignals = []os.Signal{os.Interrupt, syscall.SIGTERM}
 
-// childAttr runs CMD as it is: without process groups there is nothing to
+// foreground is false: without process groups there is no terminal to
+// hand over.
+func foreground() (bool, func()) { return false, func() {} }
+
+// groupAttr runs CMD as it is: without process groups there is nothing to
 // set.
-func childAttr() (*syscall.SysProcAttr, func()) { return nil, func() {} }
+func groupAttr(bool) *syscall.SysProcAttr { return nil }
 
 // signalGroup ends CMD for SIGTERM and SIGKILL (the only signals this
 // platform can deliver to another process) and passes others on as they are.

@@ -2,6 +2,7 @@ package faults
 
 import (
 	"fmt"
+	"slices"
 	"sort"
 	"time"
 
@@ -65,6 +66,10 @@ type Result struct {
 	// the grants (a counter that only rises), per key.
 	FencedLinearizable porcupine.CheckResult
 	TokensLinearizable porcupine.CheckResult
+	// LockLinearizable is porcupine's verdict on the lock itself (see
+	// lockmodel.go): grants, releases with their hold counts, renewals,
+	// force-releases, per key.
+	LockLinearizable porcupine.CheckResult
 
 	// LossReports counts losses lockd reported to a holder; LeadTimes are,
 	// for each reported loss followed by another grant of the key, how long
@@ -90,8 +95,12 @@ type Result struct {
 	// ForcedLeases counts leases an admin ended (ForceRelease) while their
 	// holder claimed them; ForcedUnreported are those whose holder read a
 	// KeepAlive stream at the time and was never told of the loss.
+	// ForcedHandovers counts those whose holder read its stream and whose
+	// key was granted again: each judged like any lost lease (LeadTimes,
+	// LateReports).
 	ForcedLeases     int
 	ForcedUnreported []string
+	ForcedHandovers  int
 
 	// Extra are violations a scenario found outside the history (keys left
 	// without an expiry in Redis, a lease kept by a vanished client).
@@ -110,6 +119,9 @@ func (r *Result) Violations() []string {
 	if r.TokensLinearizable == porcupine.Illegal {
 		all = append(all, "the fencing tokens granted are not linearizable as a rising counter")
 	}
+	if r.LockLinearizable == porcupine.Illegal {
+		all = append(all, "the lock's history (grants, releases and their hold counts, renewals) is not linearizable as a lock with leases")
+	}
 	return all
 }
 
@@ -126,17 +138,25 @@ type hold struct {
 	lost       time.Time // lockd reported it lost
 	forced     time.Time // an admin's ForceRelease of it began
 	watches    []span    // when the holder read a KeepAlive stream
+	judged     bool      // its report was judged against the next grant
 }
 
 type span struct{ from, to time.Time }
 
 // certainUntil is how long the holder can be sure it holds: until the
 // expiry it was told of, unless it learned of a loss, let go, or an admin
-// force-released it first. A holder cannot learn of a force-release before
-// lockd tells it; until then only fencing protects the resources from it.
+// force-released it first while it read no KeepAlive stream. A holder
+// reading its stream is told of a force-release (NOT_FOUND) before the key
+// can be granted again, like of any loss; one not reading cannot learn of
+// it before lockd tells it, and until then only fencing protects the
+// resources from it.
 func (h *hold) certainUntil() time.Time {
 	t := h.expire
-	for _, c := range []time.Time{h.lost, h.end, h.forced} {
+	forced := h.forced
+	if !forced.IsZero() && h.watchedAt(forced) {
+		forced = time.Time{}
+	}
+	for _, c := range []time.Time{h.lost, h.end, forced} {
 		if !c.IsZero() && c.Before(t) {
 			t = c
 		}
@@ -216,6 +236,12 @@ func Check(events []Event, fenced map[string][]FencedWrite, overlaps []Overlap, 
 	}
 	r.FencedLinearizable = checkFencedModel(events)
 	r.TokensLinearizable = checkTokenModel(holds)
+	// A declared window may have lost data, as a recorded fault may.
+	modelled := slices.Clone(events)
+	for _, w := range windows {
+		modelled = append(modelled, Event{Op: OpDataLoss, Client: -1, Call: w.From, Return: w.To})
+	}
+	r.LockLinearizable = checkLockModel(modelled)
 	return r
 }
 
@@ -342,8 +368,14 @@ func checkReports(r *Result, hs []*hold, inWindow func(time.Time) bool) {
 // KeepAlive stream, was reported to it before next, the grant that could
 // only be made without it, started.
 func judgeReport(r *Result, a, next *hold, inWindow func(time.Time) bool) {
-	if !a.forced.IsZero() && a.forced.Before(next.start) {
-		return // an admin ended it; checkForced checks it was reported
+	forced := !a.forced.IsZero() && a.forced.Before(next.start)
+	if forced && a.watchedAt(a.forced) && (a.end.IsZero() || a.forced.Before(a.end)) {
+		// An admin ended it while its holder listened: judged like any
+		// loss (checkForced leaves it alone).
+		a.judged = true
+		r.ForcedHandovers++
+	} else if forced {
+		return // checkForced checks it was reported at all
 	}
 	if !a.lost.IsZero() && a.lost.Before(next.start) {
 		r.LeadTimes = append(r.LeadTimes, next.start.Sub(a.lost))

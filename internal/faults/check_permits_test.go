@@ -1,6 +1,9 @@
 package faults
 
-import "testing"
+import (
+	"testing"
+	"time"
+)
 
 // permit is a permit grant: grant, as a read hold.
 func permit(client int, key, lease string, token uint64, call, ret, exp int) Event {
@@ -119,9 +122,12 @@ func TestSemaphoreCheck(t *testing.T) {
 }
 
 // TestForceReleaseCheck runs the lock checker on made-up histories with
-// force-releases: a force-release ends the evicted lease without a false
-// violation, while a second grant without one, a stale write accepted
-// after the next holder's, or an evicted holder never told are found.
+// force-releases: a force-release is judged like any loss for a holder
+// reading its KeepAlive stream (told before the next grant, or a late
+// report and a double grant), ends the lease of a holder not reading
+// without a false violation, while a second grant without one, a stale
+// write accepted after the next holder's, or an evicted holder never told
+// are found.
 func TestForceReleaseCheck(t *testing.T) {
 	tests := []struct {
 		name   string
@@ -130,17 +136,43 @@ func TestForceReleaseCheck(t *testing.T) {
 		want   func(r *Result) bool
 	}{
 		{
-			name: "a grant after a force-release, the evicted holder told later and its write rejected, is clean",
+			name: "a listening holder told of its force-release before the next grant, its late write rejected, is clean",
 			events: []Event{
 				grant(0, "k", "a", 10, 0, 1, 1000), ev(OpWatch, 0, "k", "a", 5),
-				forced("k", 10, 40),
+				forced("k", 10, 40), ev(OpLost, 0, "k", "a", 43),
 				grant(1, "k", "b", 20, 2, 45, 1045), write(1, "k", "b", 20, 50, true),
 				write(0, "k", "a", 10, 55, false),
-				ev(OpLost, 0, "k", "a", 60),
 			},
 			fenced: map[string][]FencedWrite{"k": {{Lease: "b", Token: 20, Accepted: true}, {Lease: "a", Token: 10}}},
 			want: func(r *Result) bool {
-				return len(r.Violations()) == 0 && r.ForcedLeases == 1 && r.StaleWritesRejected == 1 && r.LossReports == 1
+				return len(r.Violations()) == 0 && r.ForcedLeases == 1 && r.ForcedHandovers == 1 && r.StaleWritesRejected == 1 &&
+					r.LossReports == 1 && len(r.LeadTimes) == 1 && r.LeadTimes[0] == 2*time.Millisecond
+			},
+		},
+		{
+			name: "a listening holder told of its force-release after the next grant is a late report and a double grant",
+			events: []Event{
+				grant(0, "k", "a", 10, 0, 1, 1000), ev(OpWatch, 0, "k", "a", 5),
+				forced("k", 10, 40),
+				grant(1, "k", "b", 20, 2, 45, 1045),
+				ev(OpLost, 0, "k", "a", 60),
+			},
+			want: func(r *Result) bool {
+				return len(r.LateReports) == 1 && len(r.DoubleGrants) == 1 && len(r.ForcedUnreported) == 0 && r.ForcedHandovers == 1
+			},
+		},
+		{
+			name: "a holder reading no stream, force-released, then the key granted, its write rejected, is clean",
+			events: []Event{
+				grant(0, "k", "a", 10, 0, 1, 1000),
+				forced("k", 10, 40),
+				grant(1, "k", "b", 20, 2, 45, 1045), write(1, "k", "b", 20, 50, true),
+				write(0, "k", "a", 10, 55, false),
+				ev(OpWatch, 0, "k", "a", 57), ev(OpLost, 0, "k", "a", 60),
+			},
+			fenced: map[string][]FencedWrite{"k": {{Lease: "b", Token: 20, Accepted: true}, {Lease: "a", Token: 10}}},
+			want: func(r *Result) bool {
+				return len(r.Violations()) == 0 && r.ForcedLeases == 1 && r.ForcedHandovers == 0 && r.StaleWritesRejected == 1
 			},
 		},
 		{
@@ -173,11 +205,22 @@ func TestForceReleaseCheck(t *testing.T) {
 			want:   func(r *Result) bool { return len(r.OutOfOrder) == 1 },
 		},
 		{
-			name: "an evicted holder listening until its expiry and never told is a violation",
+			name: "an evicted holder listening until its expiry and never told, the key granted meanwhile, is a violation",
 			events: []Event{
 				grant(0, "k", "a", 10, 0, 1, 1000), ev(OpWatch, 0, "k", "a", 5),
 				forced("k", 10, 40),
 				grant(1, "k", "b", 20, 2, 45, 1045),
+				ev(OpUnwatch, 0, "k", "a", 1500),
+			},
+			want: func(r *Result) bool {
+				return len(r.LateReports) == 1 && len(r.DoubleGrants) == 1 && len(r.ForcedUnreported) == 0
+			},
+		},
+		{
+			name: "an evicted holder listening until its expiry and never told is a violation",
+			events: []Event{
+				grant(0, "k", "a", 10, 0, 1, 1000), ev(OpWatch, 0, "k", "a", 5),
+				forced("k", 10, 40),
 				ev(OpUnwatch, 0, "k", "a", 1500),
 			},
 			want: func(r *Result) bool { return len(r.ForcedUnreported) == 1 && len(r.Violations()) == 1 },

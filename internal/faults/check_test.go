@@ -55,7 +55,9 @@ func TestCheck(t *testing.T) {
 				grant(0, "k", "a", 10, 0, 1, 1000),
 				grant(1, "k", "b", 20, 2, 60, 1060),
 			},
-			want: func(r *Result) bool { return len(r.DoubleGrants) == 1 && len(r.Violations()) == 1 },
+			want: func(r *Result) bool {
+				return len(r.DoubleGrants) == 1 && r.LockLinearizable == porcupine.Illegal && len(r.Violations()) == 2
+			},
 		},
 		{
 			name: "a grant once the earlier lease expired is clean",
@@ -85,7 +87,8 @@ func TestCheck(t *testing.T) {
 		{
 			name: "a loss reported before the next grant gives a lead time",
 			events: []Event{
-				grant(0, "k", "a", 10, 0, 1, 1000), ev(OpWatch, 0, "k", "a", 2), ev(OpLost, 0, "k", "a", 300),
+				grant(0, "k", "a", 10, 0, 1, 1000), ev(OpWatch, 0, "k", "a", 2),
+				{Op: OpDataLoss, Client: -1, Call: at(250), Return: at(260)}, ev(OpLost, 0, "k", "a", 300),
 				grant(1, "k", "b", 20, 2, 400, 1400),
 			},
 			want: func(r *Result) bool {
@@ -194,7 +197,7 @@ func TestCheck(t *testing.T) {
 			name: "failed calls are counted, and a failed final release still ends the claim",
 			events: []Event{
 				grant(0, "k", "a", 10, 0, 1, 1000),
-				{Op: OpRelease, Client: 0, Key: "k", Lease: "a", Final: true, Call: at(50), Return: at(60), Err: "Unavailable"},
+				{Op: OpRelease, Client: 0, Key: "k", Lease: "a", Write: true, Final: true, Call: at(50), Return: at(60), Err: "Unavailable"},
 				grant(1, "k", "b", 20, 2, 70, 1070),
 			},
 			want: func(r *Result) bool { return r.FailedCalls == 1 && len(r.Violations()) == 0 },

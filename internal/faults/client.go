@@ -172,6 +172,7 @@ func (c *Client) Acquire(ctx context.Context, key string, o AcquireOptions) (*He
 		}
 		l := res.GetLease()
 		e.OK, e.Lease, e.Token, e.Expire = true, l.GetLeaseId(), l.GetFencingToken(), l.GetExpireTime().AsTime()
+		e.HoldCount, e.TTL = l.GetHoldCount(), l.GetTtl().AsDuration()
 		c.run.History.Add(e)
 		h := &Held{Client: c, Key: key, Lease: l.GetLeaseId(), Token: l.GetFencingToken(), TTL: o.TTL, expire: e.Expire, lostC: make(chan struct{})}
 		return h, nil
@@ -199,6 +200,7 @@ func (h *Held) Reenter(ctx context.Context, ttl time.Duration) uint32 {
 	}
 	l := res.GetLease()
 	e.OK, e.Lease, e.Token, e.Expire = true, l.GetLeaseId(), l.GetFencingToken(), l.GetExpireTime().AsTime()
+	e.HoldCount, e.TTL = l.GetHoldCount(), l.GetTtl().AsDuration()
 	c.run.History.Add(e)
 	if l.GetLeaseId() == h.Lease {
 		h.renewed(e.Expire)
@@ -221,6 +223,7 @@ func (h *Held) Release(ctx context.Context, final bool) (uint32, error) {
 		cancel()
 		e := Event{Op: OpRelease, Client: c.ID, Key: h.Key, Lease: h.Lease, Write: true, Call: call, Return: time.Now(), Final: final}
 		if err == nil {
+			e.HoldCount = res.GetHoldCount()
 			c.run.History.Add(e)
 			return res.GetHoldCount(), nil
 		}
@@ -246,7 +249,7 @@ func (h *Held) Renew(ctx context.Context) bool {
 	e := Event{Op: OpRenew, Client: c.ID, Key: h.Key, Lease: h.Lease, Write: true, Call: call, Return: time.Now()}
 	switch {
 	case err == nil:
-		e.Expire = res.GetLease().GetExpireTime().AsTime()
+		e.Expire, e.TTL = res.GetLease().GetExpireTime().AsTime(), res.GetLease().GetTtl().AsDuration()
 		c.run.History.Add(e)
 		h.renewed(e.Expire)
 		return true
@@ -346,7 +349,7 @@ func (h *Held) stream(ctx context.Context, via lockdv1.LockServiceClient, releas
 			c.run.History.Add(Event{Op: OpWatch, Client: c.ID, Key: h.Key, Lease: h.Lease, Write: true, Call: call, Return: now})
 		}
 		exp := msg.GetLease().GetExpireTime().AsTime()
-		c.run.History.Add(Event{Op: OpRenew, Client: c.ID, Key: h.Key, Lease: h.Lease, Write: true, Call: now, Expire: exp})
+		c.run.History.Add(Event{Op: OpRenew, Client: c.ID, Key: h.Key, Lease: h.Lease, Write: true, Call: now, Expire: exp, TTL: msg.GetLease().GetTtl().AsDuration()})
 		h.renewed(exp)
 	}
 }

@@ -64,7 +64,7 @@ func (c *Client) Campaign(ctx context.Context, key string, ttl time.Duration, cl
 		return nil
 	}
 	l := msg.GetLeader()
-	e.OK, e.Lease, e.Token, e.Expire = true, l.GetLeaseId(), l.GetTerm(), l.GetExpireTime().AsTime()
+	e.OK, e.Lease, e.Token, e.Expire, e.TTL = true, l.GetLeaseId(), l.GetTerm(), l.GetExpireTime().AsTime(), ttl
 	c.run.History.Add(e)
 	c.run.History.Add(Event{Op: OpWatch, Client: c.ID, Key: key, Lease: e.Lease, Write: true, Call: call, Return: e.Return})
 	h := &Held{Client: c, Key: key, Lease: e.Lease, Token: e.Token, TTL: ttl, expire: e.Expire, lostC: make(chan struct{})}
@@ -73,7 +73,7 @@ func (c *Client) Campaign(ctx context.Context, key string, ttl time.Duration, cl
 	lead.closeStream = func() {
 		// From here on the holder no longer claims the leadership: closing
 		// the stream resigns it.
-		c.run.History.Add(Event{Op: OpRelease, Client: c.ID, Key: key, Lease: h.Lease, Write: true, Call: time.Now(), Final: true})
+		c.run.History.Add(Event{Op: OpRelease, Client: c.ID, Key: key, Lease: h.Lease, Write: true, Call: time.Now(), Final: true, Async: true})
 		close(closing)
 		cancel()
 		<-lead.ended
@@ -86,7 +86,7 @@ func (c *Client) Campaign(ctx context.Context, key string, ttl time.Duration, cl
 			switch {
 			case err == nil:
 				exp := msg.GetLeader().GetExpireTime().AsTime()
-				c.run.History.Add(Event{Op: OpRenew, Client: c.ID, Key: key, Lease: h.Lease, Write: true, Call: now, Expire: exp})
+				c.run.History.Add(Event{Op: OpRenew, Client: c.ID, Key: key, Lease: h.Lease, Write: true, Call: now, Expire: exp, TTL: ttl})
 				h.renewed(exp)
 				continue
 			case status.Code(err) == codes.NotFound:

@@ -179,9 +179,9 @@ func (s scenario) run(t *testing.T) *Result {
 	res.Extra = append(res.Extra, extra...)
 	writeHistory(t, run, len(res.Violations()) > 0)
 	report.Add(s.name, s.fault, res, s.control)
-	t.Logf("%s: %d holds, %d calls (%d failed), %d overlaps (%d stale, %d in data-loss windows), %d stale writes rejected, %d loss reports, lead %s, fenced %s, tokens %s",
+	t.Logf("%s: %d holds, %d calls (%d failed), %d overlaps (%d stale, %d in data-loss windows), %d stale writes rejected, %d loss reports, lead %s, fenced %s, tokens %s, lock %s",
 		s.name, res.Holds, res.Calls, res.FailedCalls, res.Overlaps, res.StaleOverlaps, res.WindowOverlaps,
-		res.StaleWritesRejected, res.LossReports, leads(res.LeadTimes), res.FencedLinearizable, res.TokensLinearizable)
+		res.StaleWritesRejected, res.LossReports, leads(res.LeadTimes), res.FencedLinearizable, res.TokensLinearizable, res.LockLinearizable)
 	return res
 }
 

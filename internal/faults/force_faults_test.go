@@ -72,21 +72,19 @@ func dialAs(t *testing.T, p *lockdtest.Process, token string) *grpc.ClientConn {
 // TestForceReleaseHolders has an admin force-release the keys of a lock
 // workload (AdminService.ForceRelease, every holder of a key, one key
 // every 200ms for 3 ttls, through either replica) while clients hold and
-// wait: a force-release ends the evicted lease (the next grant is no
-// double grant), every evicted holder reading its KeepAlive stream is told
-// (NOT_FOUND) before its known expiry, and the fenced resource accepts no
-// evicted holder's write after its successor's. Checked without its
-// force-releases, the same history must show double grants: waiters were
-// granted keys while the evicted holders still believed they held them.
+// wait. A force-release is judged like any other loss: every evicted
+// holder reading its KeepAlive stream must be told (NOT_FOUND) before the
+// key is granted to anyone else (the lead column measures by how much),
+// and the fenced resource accepts no evicted holder's write after its
+// successor's.
 func TestForceReleaseHolders(t *testing.T) {
 	t.Parallel()
 	srv := redistest.Start(t)
 	f := startAuthFleet(t, 2, "force/", "--redis="+srv.Addr())
 	w := defaultWorkload("force")
 	forcedTotal := 0
-	var events []Event
 	res := scenario{
-		name: "admin force-releases", fault: fmt.Sprintf("AdminService.ForceRelease of every holder of a key, a key every 200ms for %v (ttl %v)", 3*w.TTL, w.TTL),
+		name: "admin force-releases", fault: fmt.Sprintf("AdminService.ForceRelease of every holder of a key, a key every 200ms for %v (ttl %v); each eviction judged like any loss", 3*w.TTL, w.TTL),
 		workload: w, replicas: f.replicas, rdb: srv.Client(t),
 		inject: func(t *testing.T, run *Run, round int) []Window {
 			ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
@@ -103,27 +101,11 @@ func TestForceReleaseHolders(t *testing.T) {
 			}
 			return nil
 		},
-		after: func(t *testing.T, run *Run) []string {
-			events = run.History.Events()
-			return nil
-		},
 	}.run(t)
 	expectClean(t, res)
-	t.Logf("%d leases force-released, %d while their holder claimed them", forcedTotal, res.ForcedLeases)
-	// What the force-releases excuse: the same history without them.
-	var unforced []Event
-	for _, e := range events {
-		if e.Op != OpForced {
-			unforced = append(unforced, e)
-		}
-	}
-	blind := Check(unforced, nil, nil, nil)
-	t.Logf("checked without its force-releases, the history shows %d double grants and %d late reports", len(blind.DoubleGrants), len(blind.LateReports))
-	if len(blind.DoubleGrants) == 0 {
-		t.Errorf("no force-release was followed by a grant while the evicted holder still believed it held: the scenario tests nothing")
-	}
-	if res.ForcedLeases == 0 || res.LossReports == 0 {
-		t.Errorf("%d leases force-released while held, %d losses reported: the admin evicted nobody", res.ForcedLeases, res.LossReports)
+	t.Logf("%d leases force-released, %d while their holder claimed them, %d followed by a grant while their holder listened", forcedTotal, res.ForcedLeases, res.ForcedHandovers)
+	if res.ForcedHandovers == 0 {
+		t.Errorf("no force-released holder was listening when its key was granted again: the scenario tests nothing")
 	}
 }
 

@@ -69,6 +69,16 @@ type Event struct {
 	OK     bool      // granted; write accepted
 	Final  bool      // OpRelease: the holder meant to end the lease
 	Err    string    // the call failed: its gRPC code
+	// HoldCount is the lease's hold_count as a grant or a Release answered
+	// it; 0 when unknown.
+	HoldCount uint32
+	// TTL is the lease's ttl as a grant or renewal answered it: Redis made
+	// a new lease or renewal at Expire - TTL by its clock. 0 when unknown.
+	TTL time.Duration
+	// Async marks an OpRelease that lockd carries out later, at a time the
+	// history does not show: the holder closed a stream that releases on
+	// close (a Campaign resigning).
+	Async bool
 }
 
 // History records events from many goroutines.

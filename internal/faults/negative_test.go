@@ -6,6 +6,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/anishathalye/porcupine"
+
 	"github.com/lockd/lockd/internal/redistest"
 )
 
@@ -75,5 +77,8 @@ func TestNegativeUnseenDataLoss(t *testing.T) {
 	report.Add("control: unseen data loss", "one lock's Redis keys deleted under its holder, who renews by Renew (a loss lockd cannot see)", res, true)
 	if len(res.DoubleGrants) == 0 || len(res.OverlapViolations) == 0 {
 		t.Errorf("the checker missed the double grant or the overlap: %q", res.Violations())
+	}
+	if res.LockLinearizable != porcupine.Illegal {
+		t.Errorf("porcupine's lock model found the history %v although the key was granted twice", res.LockLinearizable)
 	}
 }

@@ -55,7 +55,9 @@ func TestRedisRestartedEmpty(t *testing.T) {
 		name: "Redis restarted empty", fault: "Redis restarted without persistence (ttl 2s)",
 		workload: w, replicas: f.replicas, rdb: srv.Client(t),
 		inject: func(t *testing.T, run *Run, round int) []Window {
+			from := time.Now()
 			srv.Restart(t)
+			run.LostData(from)
 			return nil
 		},
 	}.run(t)
@@ -83,29 +85,6 @@ func TestRedisLinkSlowThenBlackholed(t *testing.T) {
 			time.Sleep(3 * w.TTL)
 			proxy.Heal(t)
 			return nil
-		},
-	}.run(t)
-	expectClean(t, res)
-}
-
-// TestSentinelFailover fails the master over to its replica (SENTINEL
-// FAILOVER) while clients hold and wait. Replication is asynchronous: a
-// grant the replica had not received is lost, which the contract
-// documents; such double grants, from the failover until the longest lease
-// could have run out, are counted apart. Outside that window the contract
-// holds, and fencing tokens keep rising across it.
-func TestSentinelFailover(t *testing.T) {
-	t.Parallel()
-	st := redistest.StartSentinel(t)
-	f := startFleet(t, 2, "--redis="+strings.Join(st.SentinelAddrs(), ","), "--redis-master="+st.MasterName())
-	w := defaultWorkload("failover")
-	res := scenario{
-		name: "Sentinel failover", fault: "SENTINEL FAILOVER to the replica (1 master, 1 replica, 3 sentinels)",
-		workload: w, replicas: f.replicas, rdb: st.FailoverClient(t),
-		inject: func(t *testing.T, run *Run, round int) []Window {
-			from := time.Now()
-			st.Failover(t)
-			return []Window{{From: from, To: time.Now().Add(2 * w.TTL), Why: "asynchronous replication"}}
 		},
 	}.run(t)
 	expectClean(t, res)
