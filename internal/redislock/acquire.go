@@ -358,22 +358,14 @@ func (a *attempt) try(ctx context.Context, wait time.Duration) (Result, error) {
 }
 
 // freshLease is the lease the fast path granted: the one asked for, held
-// once from Redis's clock at the grant, which is the fencing token (in
-// microseconds) unless the reply gives it after a '/'.
+// once from Redis's clock at the grant, which is its fencing token (in
+// microseconds).
 func (a *attempt) freshLease(reply string) (Lease, error) {
-	token, clock, _ := strings.Cut(reply, "/")
-	n, err := strconv.ParseUint(token, 10, 64)
+	n, err := strconv.ParseUint(reply, 10, 64)
 	if err != nil {
 		return Lease{}, fmt.Errorf("redislock: unexpected acquire reply %q", reply)
 	}
 	now := int64(n / 1000)
-	if clock != "" {
-		us, err := strconv.ParseInt(clock, 10, 64)
-		if err != nil {
-			return Lease{}, fmt.Errorf("redislock: unexpected acquire reply %q", reply)
-		}
-		now = us / 1000
-	}
 	return Lease{
 		Key:          a.req.Key,
 		ID:           a.leaseID,

@@ -15,10 +15,10 @@
 --         place in the queue until now + wait_ms; grace_ms is how long new
 --         grants wait after Redis lost its data; PUBLISH or SPUBLISH wakes
 --         waiters on <record>:released
--- The fast path answers a fresh lease on a free key with a string: its
--- fencing token, then, if that is not Redis's clock in microseconds at the
--- grant, '/' and the clock: the lease is the one asked for, held once, for
--- ttl from that instant. Every other reply starts {status, now_ms,
+-- The fast path answers a fresh lease on a free key with its fencing token
+-- alone (a string), Redis's clock in microseconds at the grant: the lease
+-- is the one asked for, held once, for ttl from that instant. Every other
+-- reply starts {status, now_ms,
 -- hold_until_ms}; hold_until is when grants held back after a data loss
 -- resume (0 or past: none). Then:
 --   granted:  {1, now, hold, lease_id, mode, hold_count, fencing_token, ttl_ms, expire_ms, owner}
@@ -38,29 +38,16 @@
 -- The fast path: a key that does not exist (nobody holds it, nobody waits
 -- for it), with no grant held back by a data loss (its slot's marker
 -- reads '0'), becomes a lone lease in one SET NX PX: a GET, TIME and the
--- SET, and no Lua worth the name. The key's expiry is the lease's. A key
--- released a moment ago keeps its last fencing token for a second
--- ("f|<token>", common.lua), which the new token exceeds even if Redis's
--- clock has not moved on. Anything else falls through to the full script
--- below.
+-- SET, and no Lua worth the name. The key's expiry is the lease's, and its
+-- fencing token is Redis's clock in microseconds, past every token given
+-- before. Anything else falls through to the full script below.
 do
   if not KEYS[2] or redis.call('GET', KEYS[2]) == '0' then
     local t = redis.call('TIME')
     local token = t[1] .. string.rep('0', 6 - #t[2]) .. t[2]
-    local lease = '|' .. ARGV[4] .. '|' .. ARGV[3] .. '|' .. ARGV[5] .. '|' .. ARGV[6] .. '||' .. ARGV[2]
-    local was = redis.pcall('SET', KEYS[1], ARGV[1] .. '|' .. token .. lease, 'NX', 'PX', ARGV[4], 'GET')
-    if not was then
+    if redis.call('SET', KEYS[1], ARGV[1] .. '|' .. token .. '|' .. ARGV[4] .. '|' .. ARGV[3] .. '|' .. ARGV[5] .. '|' ..
+        ARGV[6] .. '||' .. ARGV[2], 'NX', 'PX', ARGV[4]) then
       return token
-    elseif type(was) == 'string' and string.sub(was, 1, 2) == 'f|' then
-      local fence = tonumber(string.sub(was, 3))
-      if fence then
-        local now = token
-        if fence >= tonumber(token) then
-          token = string.format('%.0f', fence + 1)
-        end
-        redis.call('SET', KEYS[1], ARGV[1] .. '|' .. token .. lease, 'PX', ARGV[4])
-        return token .. '/' .. now
-      end
     end
   end
 end
@@ -164,8 +151,7 @@ end
 if blocked_for then
   local behind, head_left = 0, 0
   if mode == 'w' and wait_ms > 0 then
-    join_queue(attempt, wait_ms)
-    behind, head_left = place_of(attempt)
+    behind, head_left = place_of(attempt, join_queue(attempt, wait_ms))
   elseif wait_ms > 0 then
     -- A reader that waits is woken when readers may go in; releases
     -- publish that only while some reader may be waiting.

@@ -14,10 +14,7 @@
 -- (mode r or w; the lease is held once; attempt, request and keeper as in
 -- x: below, so lease ids never hold '|'). Release and Renew serve it in a
 -- few commands; any other script first turns it into the hash it stands
--- for (promote, below). A lock whose last hold just ended is the string
--- "f|<fencing_token>" for GRACE_MS, so that the next token exceeds it even
--- if Redis's clock has not moved on. Otherwise the lock is a hash, with
--- the fields:
+-- for (promote, below). Otherwise the lock is a hash, with the fields:
 --
 --   fence            last fencing token issued for the key
 --   w                lease_id of the write holder, if any
@@ -139,6 +136,10 @@ local HEADER = {'fence', 'nl', 'nw', 'nr', 'qs', 'qh', 'due', 'last', 'lim', 'rw
 -- lost_record reports whether this script found the record inconsistent.
 local lost_record = false
 
+-- head_seen is what queue_head last found, until the queue changes
+-- (join_queue, leave_queue, scan, lose): a script asks more than once.
+local head_seen = nil
+
 local function load()
   local v = redis.call('HMGET', rec, 'w', unpack(HEADER))
   local ok = true
@@ -193,12 +194,6 @@ local function promote()
   local v = redis.call('GET', rec)
   local at = redis.call('PEXPIRETIME', rec)
   redis.call('DEL', rec)
-  local fence = string.match(v, '^f|(%d+)$')
-  if fence then
-    redis.call('HSET', rec, 'fence', fence)
-    redis.call('PEXPIREAT', rec, math.max(at, now_ms + 1))
-    return
-  end
   local mode, given, token, ttl, id, attempt, request, keeper, owner =
     string.match(v, '^([rw])([01])|(%d+)|(%d+)|([^|]+)|([%w_%-]*)|([%w_%-]*)|([%w_%-]*)|(.*)$')
   if not mode then
@@ -237,6 +232,7 @@ end
 -- every later token exceeds.
 local function lose()
   lost_record = true
+  head_seen = nil
   local fence = math.max(h.fence or 0, now_us)
   redis.call('DEL', rec)
   h = {fence = fence, nl = 0, nw = 0, nr = 0, qs = 0, qh = 0, due = nil, last = now_ms, lim = 0, rw = 0}
@@ -339,6 +335,7 @@ end
 -- finds due and last anew, or loses a record that does not add up. It
 -- tells whether a lease was dropped.
 local function scan()
+  head_seen = nil
   local all = redis.call('HGETALL', rec)
   local nl, nw, nr, np = 0, 0, 0, 0
   local due, last = nil, now_ms
@@ -481,14 +478,10 @@ local function tidy()
     scan()
   end
   if h.nl == 0 and h.nw == 0 and h.nr == 0 then
-    -- Nothing held, awaited or remembered: only the fencing token stays,
-    -- for GRACE_MS; then the next token comes from Redis's clock alone,
+    -- Nothing held, awaited or remembered: leave no trace. The next
+    -- lease's fencing token comes from Redis's clock, in microseconds,
     -- past every token given so far.
-    if h.fence > 0 then
-      redis.call('SET', rec, 'f|' .. num(h.fence), 'PX', GRACE_MS)
-    else
-      redis.call('DEL', rec)
-    end
+    redis.call('DEL', rec)
     return
   end
   save()
@@ -496,8 +489,9 @@ local function tidy()
 end
 
 -- join_queue queues attempt until now + wait_ms, keeping its place if it
--- is queued already.
+-- is queued already, and returns its seq.
 local function join_queue(attempt, wait_ms)
+  head_seen = nil
   local f = 'q:' .. attempt
   local q = redis.call('HGET', rec, f)
   local seq = q and string.match(q, '^(%d+)|')
@@ -511,10 +505,12 @@ local function join_queue(attempt, wait_ms)
     redis.call('HSET', rec, f, seq .. '|' .. num(deadline), 's:' .. seq, attempt)
   end
   expires(deadline)
+  return tonumber(seq)
 end
 
 -- leave_queue takes attempt out of the queue and tells whether it was in.
 local function leave_queue(attempt)
+  head_seen = nil
   local f = 'q:' .. attempt
   local q = redis.call('HGET', rec, f)
   if not q then
@@ -583,6 +579,9 @@ local function queue_head()
     h.qh = h.qs
     return nil
   end
+  if head_seen then
+    return head_seen[1], head_seen[2], head_seen[3], false
+  end
   local moved = false
   while h.qh < h.qs do
     local seq = num(h.qh + 1)
@@ -604,6 +603,7 @@ local function queue_head()
               redis.call(waker_cmd, waker_channel, n)
             end
           end
+          head_seen = {a, deadline, h.qh + 1}
           return a, deadline, h.qh + 1, moved
         end
         redis.call('HDEL', rec, 'q:' .. a, 's:' .. seq)
@@ -618,18 +618,22 @@ local function queue_head()
   return nil
 end
 
--- place_of tells a queued attempt where it stands, for its busy answer: 0
--- at the head, 2 next in line, 1 further behind; and how long the head's
--- place still runs (0 for the head itself).
-local function place_of(attempt)
+-- place_of tells a queued attempt (queued at my_seq) where it stands, for
+-- its busy answer: 0 at the head, 2 next in line, 1 further behind; and
+-- how long the head's place still runs (0 for the head itself). Only the
+-- places between the head and the attempt are looked at, and only until a
+-- live one is found: in a line with no gaps, none or one.
+local function place_of(attempt, my_seq)
   local head, kept, seq = queue_head()
   if not head or head == attempt then
     return 0, 0
   end
-  if next_in_line(seq) == attempt then
-    return 2, kept - now_ms
+  for s = seq + 1, my_seq - 1 do
+    if live_place(num(s)) then
+      return 1, kept - now_ms
+    end
   end
-  return 1, kept - now_ms
+  return 2, kept - now_ms
 end
 
 -- can_take reports whether the head of the queue could be granted now: the

@@ -19,33 +19,31 @@
 
 -- The fast path: the lock is a lone lease kept as a string (common.lua),
 -- which only exists while the lease runs and which nobody waits for: it
--- ends with a GET and a SET of the fencing token left behind. A key that
--- does not exist, or holds another lease or only a token, means this one
--- is not held. A request adds the check and the SET
--- of its remembered result. Anything else falls through to the full
--- script below.
+-- ends with a GET and a DEL. Held once,
+-- the lease cannot be found by a retried request: the first call ended it.
+-- A key that does not exist, or holds another lease, means
+-- this one is not held, but for a retried request, whose result the full
+-- script finds. A request adds the SET of its remembered result. Anything
+-- else falls through to the full script below.
 do
   local id, request = ARGV[1], ARGV[2]
-  if ARGV[3] == '' and (request == '' or redis.call('EXISTS', KEYS[2]) == 0) then
+  if ARGV[3] == '' then
     local v = redis.pcall('GET', KEYS[1])
-    if not v then
-      return {-1}
-    end
+    local mode, token, ttl, held
     if type(v) == 'string' then
-      local mode, token, ttl, held = string.match(v, '^([rw])[01]|(%d+)|(%d+)|([^|]+)|')
-      if (held and held ~= id) or string.sub(v, 1, 2) == 'f|' then
-        return {-1}
-      elseif held then
-        -- The key keeps the fencing token for a second (common.lua).
-        redis.call('SET', KEYS[1], 'f|' .. token, 'PX', 1000)
-        if request ~= '' then
-          redis.call('SET', KEYS[2], id .. '|0', 'PX', ttl)
-        end
-        if mode == 'w' then
-          return {5, token}
-        end
-        return {6, token}
+      mode, token, ttl, held = string.match(v, '^([rw])[01]|(%d+)|(%d+)|([^|]+)|')
+    end
+    if held == id then
+      redis.call('DEL', KEYS[1])
+      if request ~= '' then
+        redis.call('SET', KEYS[2], id .. '|0', 'PX', ttl)
       end
+      if mode == 'w' then
+        return {5, token}
+      end
+      return {6, token}
+    elseif request == '' and (not v or held) then
+      return {-1}
     end
   end
 end

@@ -34,7 +34,7 @@ do
         redis.call('SET', KEYS[1], mode .. given .. '|' .. token .. '|' .. ttl .. '|' .. id .. '|' .. mid .. '|' .. keeper ..
           '|' .. owner, 'XX', 'PX', ttl)
         return {1, now_ms, 0, id, mode, 1, tonumber(token), tonumber(ttl), now_ms + ttl, owner}
-      elseif id or string.sub(v, 1, 2) == 'f|' then
+      elseif id then
         return {-1, 0, 0}
       end
     elseif not v then

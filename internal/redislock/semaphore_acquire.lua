@@ -104,8 +104,7 @@ end
 if blocked_for then
   local behind, head_left = 0, 0
   if wait_ms > 0 then
-    join_queue(attempt, wait_ms)
-    behind, head_left = place_of(attempt)
+    behind, head_left = place_of(attempt, join_queue(attempt, wait_ms))
   end
   tidy()
   return {0, now_ms, hold, blocked_for, '', free(), behind, head_left}
