@@ -330,7 +330,7 @@ func (a *attempt) try(ctx context.Context, wait time.Duration) (Result, error) {
 		a.undo(a.req.RequestID == "")
 		return Result{}, err
 	}
-	a.c.noteHold(a.ks, reply)
+	a.c.notePause(a.ks, reply)
 	switch status(reply) {
 	case 1, 2:
 		l, err := parseLease(a.req.Key, reply)

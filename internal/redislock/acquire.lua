@@ -19,11 +19,11 @@
 -- alone (a string), Redis's clock in microseconds at the grant: the lease
 -- is the one asked for, held once, for ttl from that instant. Every other
 -- reply starts {status, now_ms,
--- hold_until_ms}; hold_until is when grants held back after a data loss
+-- paused_until_ms}; paused_until is when grants held back after a data loss
 -- resume (0 or past: none). Then:
---   granted:  {1, now, hold, lease_id, mode, hold_count, fencing_token, ttl_ms, expire_ms, owner}
+--   granted:  {1, now, paused, lease_id, mode, hold_count, fencing_token, ttl_ms, expire_ms, owner}
 --   replayed: {2, ...} the same fields, from a retried request_id's first result
---   busy:     {0, now, hold, retry_after_ms, holder, 0, behind, head_left};
+--   busy:     {0, now, paused, retry_after_ms, holder, 0, behind, head_left};
 --             holder is the owner of a lease holding the key ('' when
 --             none, as when the key is free but others are queued ahead);
 --             behind is 0 for the head of the queue (or a caller not
@@ -32,8 +32,8 @@
 --             holders' expiry), 2 when it is next in line: it re-checks
 --             when the head's place would run out (head_left ms), in case
 --             the head died
---   upgrade:  {-2, now, hold} an owner holding only a read lease asked for write
---   in use:   {-4, now, hold} the key's permits are held (it is a semaphore)
+--   upgrade:  {-2, now, paused} an owner holding only a read lease asked for write
+--   in use:   {-4, now, paused} the key's permits are held (it is a semaphore)
 
 -- The fast path: a key that does not exist (nobody holds it, nobody waits
 -- for it), with no grant held back by a data loss (its slot's marker
@@ -61,7 +61,7 @@ wait_ms, grace = tonumber(wait_ms), tonumber(grace)
 local channel = rec .. ':released'
 waker_channel, waker_cmd = channel, publish_cmd
 
-local hold = check_marker(grace)
+local paused = check_marker(grace)
 begin()
 
 -- remaining is how long a lease still runs, at least 1ms.
@@ -78,11 +78,11 @@ local function granted(id, l, extra)
   put_lease(id, l, extra)
   leave_queue(attempt)
   tidy()
-  return lease_reply(1, hold, id, l)
+  return lease_reply(1, paused, id, l)
 end
 
 local replayed
-replayed, request = replay(request, mode, given, owner, hold)
+replayed, request = replay(request, mode, given, owner, paused)
 if replayed then
   return replayed
 end
@@ -90,7 +90,7 @@ end
 -- A key whose permits are held is a semaphore, not a lock.
 if h.lim > 0 and h.nl > 0 then
   tidy()
-  return {-4, now_ms, hold}
+  return {-4, now_ms, paused}
 end
 
 -- Reentrancy: the same owner in the same mode re-enters its lease.
@@ -112,7 +112,7 @@ if mode == 'w' then
   if h.nl > 0 then
     if redis.call('HEXISTS', rec, 'o:r:' .. owner) == 1 then
       tidy()
-      return {-2, now_ms, hold}
+      return {-2, now_ms, paused}
     end
     -- The holders' leases run at least until due (the earliest expiry the
     -- record knows of); a lone writer's exactly until its own.
@@ -142,10 +142,10 @@ elseif h.nw > 0 then
   blocked_for = math.max(1, (h.due or now_ms) - now_ms)
 end
 
--- After Redis lost its data, no new lease is granted until hold: leases
+-- After Redis lost its data, no new lease is granted until paused: leases
 -- granted before may still be believed held by their holders.
-if not blocked_for and hold > now_ms then
-  blocked_for = hold - now_ms
+if not blocked_for and paused > now_ms then
+  blocked_for = paused - now_ms
 end
 
 if blocked_for then
@@ -158,7 +158,7 @@ if blocked_for then
     h.rw = math.max(h.rw, now_ms + wait_ms)
   end
   tidy()
-  return {0, now_ms, hold, blocked_for, holder(writer), 0, behind, head_left}
+  return {0, now_ms, paused, blocked_for, holder(writer), 0, behind, head_left}
 end
 
 local l = new_lease(mode, owner, ttl)

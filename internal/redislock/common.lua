@@ -106,7 +106,7 @@
 -- observers re-check at the leader's expiry).
 --
 -- KEYS[2], where a script takes it, is the data-loss marker of the lock's
--- hash slot: a string lockd creates at start-up holding "hold until" (ms). A
+-- hash slot: a string lockd creates at start-up holding "paused until" (ms). A
 -- missing marker means Redis lost its data since; the script recreates it
 -- holding new grants back for ARGV grace, so holders of leases that vanished
 -- learn first. Expiry is decided only by Redis's own clock (TIME).
@@ -674,26 +674,26 @@ local function check_marker(grace_ms)
     return 0
   end
   local m = redis.call('GET', marker)
-  local hold = m and tonumber(m)
-  if not hold then
-    hold = now_ms + grace_ms
-    redis.call('SET', marker, num(hold))
-  elseif hold > 0 and hold <= now_ms then
-    -- The hold is over: '0' lets the fast paths serve the slot again.
+  local paused = m and tonumber(m)
+  if not paused then
+    paused = now_ms + grace_ms
+    redis.call('SET', marker, num(paused))
+  elseif paused > 0 and paused <= now_ms then
+    -- The pause is over: '0' lets the fast paths serve the slot again.
     redis.call('SET', marker, '0')
   end
-  return hold
+  return paused
 end
 
 -- replay answers a retried grant request. A request whose first result
 -- (ra:<request>) names a lease still held gets that result back
--- unchanged, as {2, now, hold, ...} like lease_reply, if it comes from the
+-- unchanged, as {2, now, paused, ...} like lease_reply, if it comes from the
 -- same caller: the same mode and, when the first call named its owner, the
 -- same owner; an owner-less first call replays only to an owner-less retry.
 -- Otherwise replay returns nil and the request id to go on with: '' when
 -- the id is another caller's (then this call is a new request, and does
 -- not take the first one's place).
-local function replay(request, mode, given, owner, hold)
+local function replay(request, mode, given, owner, paused)
   if request == '' then
     return nil, ''
   end
@@ -708,7 +708,7 @@ local function replay(request, mode, given, owner, hold)
     return nil, request
   end
   if r_mode == mode and r_given == given and (given == '0' or r_owner == owner) then
-    return {2, now_ms, hold, id, r_mode, tonumber(count), tonumber(token), tonumber(r_ttl), tonumber(exp), r_owner}, request
+    return {2, now_ms, paused, id, r_mode, tonumber(count), tonumber(token), tonumber(r_ttl), tonumber(exp), r_owner}, request
   end
   return nil, ''
 end
@@ -832,8 +832,8 @@ local function revoked_seen(id, keeper)
 end
 
 -- lease_reply is the reply for a held lease.
-local function lease_reply(status, hold, id, l)
-  return {status, now_ms, hold, id, l.mode, l.count, l.token, l.ttl, l.expire, l.owner}
+local function lease_reply(status, paused, id, l)
+  return {status, now_ms, paused, id, l.mode, l.count, l.token, l.ttl, l.expire, l.owner}
 end
 
 -- Every script that gets this far works on the hash.

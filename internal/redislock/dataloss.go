@@ -25,7 +25,7 @@ import (
 //     master that restarted, or a new master taking over slots (failover),
 //     may have lost writes while its markers survived: the watch holds
 //     grants back on its slots the same way.
-//   - Whenever this engine learns of a hold it had not seen (from the
+//   - Whenever this engine learns of a pause it had not seen (from the
 //     watch, or from any script's reply), every KeepAlive renews at once,
 //     so those whose leases vanished end with ErrNotHeld before anyone can
 //     be granted their keys.
@@ -40,7 +40,7 @@ type lossWatch struct {
 	prepareMu sync.Mutex
 
 	mu        sync.Mutex
-	seen      map[string]int64 // marker -> end of the last hold seen
+	seen      map[string]int64 // marker -> end of the last pause seen
 	lastEvent time.Time
 
 	stop chan struct{}
@@ -50,7 +50,7 @@ type lossWatch struct {
 	runIDs    map[string]string
 	owners    []string
 	infoError atomic.Bool
-	// pending are the markers whose hold could not be written yet (the
+	// pending are the markers whose pause could not be written yet (the
 	// master not back in service): retried at every poll.
 	pending []string
 	// identity is what IdentityCheck compares new connections with.
@@ -83,7 +83,7 @@ func (c *Client) prepared(ctx context.Context) error {
 	return c.loss.prepare(ctx)
 }
 
-// prepare creates the missing markers without a hold. A Redis that lost
+// prepare creates the missing markers without a pause. A Redis that lost
 // lockd's data before this process ever saw it cannot be told from a fresh
 // one; replicas that were running hold grants back by themselves. Redis's
 // uptime says which it may be, for the log.
@@ -163,26 +163,26 @@ func (w *lossWatch) uptime(ctx context.Context) time.Duration {
 	return shortest
 }
 
-// noteHold looks at the hold a script reported for ks's slot: one this
-// engine had not seen makes every KeepAlive renew at once.
-func (c *Client) noteHold(ks keySet, reply []any) {
+// notePause looks at the pause of grants a script reported for ks's slot:
+// one this engine had not seen makes every KeepAlive renew at once.
+func (c *Client) notePause(ks keySet, reply []any) {
 	if c.loss == nil || len(reply) < 3 {
 		return
 	}
-	hold, now := intAt(reply, 2), intAt(reply, 1)
-	if hold <= now {
+	paused, now := intAt(reply, 2), intAt(reply, 1)
+	if paused <= now {
 		return // the common case: no grants held back
 	}
 	w := c.loss
 	w.mu.Lock()
-	fresh := hold > w.seen[ks.marker]
+	fresh := paused > w.seen[ks.marker]
 	if fresh {
-		w.seen[ks.marker] = hold
+		w.seen[ks.marker] = paused
 	}
 	w.mu.Unlock()
 	if fresh {
 		w.event("Redis lost lockd's data: new grants are held back and kept-alive leases checked at once",
-			"hold", time.Duration(hold-now)*time.Millisecond)
+			"pause", time.Duration(paused-now)*time.Millisecond)
 	}
 }
 
@@ -226,7 +226,7 @@ func (w *lossWatch) run() {
 func (w *lossWatch) poll(ctx context.Context) {
 	if len(w.pending) > 0 {
 		// Holds written late make every KeepAlive check again.
-		if failed, _ := w.holdSlots(ctx, w.pending); len(failed) < len(w.pending) {
+		if failed, _ := w.pauseSlots(ctx, w.pending); len(failed) < len(w.pending) {
 			w.pending = failed
 			w.c.renewer.rush()
 		}
@@ -307,38 +307,38 @@ func (w *lossWatch) poll(ctx context.Context) {
 	w.runIDs, w.owners = runIDs, owners
 }
 
-// holdSlots holds new grants back on the slots of markers and returns the
-// markers whose hold could not be written (the master not back in service
+// pauseSlots holds new grants back on the slots of markers and returns the
+// markers whose pause could not be written (the master not back in service
 // yet), with the first error.
-func (w *lossWatch) holdSlots(ctx context.Context, markers []string) ([]string, error) {
-	return holdMarkers(ctx, w.c.rdb, markers, w.c.lossGrace)
+func (w *lossWatch) pauseSlots(ctx context.Context, markers []string) ([]string, error) {
+	return pauseMarkers(ctx, w.c.rdb, markers, w.c.lossGrace)
 }
 
-// holdChunk is how many markers one pipeline holds.
-const holdChunk = 2048
+// pauseChunk is how many markers one pipeline holds.
+const pauseChunk = 2048
 
 // pipeliner makes pipelines: a client, or one connection.
 type pipeliner interface {
 	Pipeline() redis.Pipeliner
 }
 
-// holdMarkers runs hold.lua for every marker, in pipelines, and returns the
-// markers it could not hold with the first error. Markers that met a Redis
+// pauseMarkers runs pause.lua for every marker, in pipelines, and returns the
+// markers it could not pause with the first error. Markers that met a Redis
 // without the script cached (it just restarted) are sent again once one of
 // them has loaded it, with the text only where still needed.
-func holdMarkers(ctx context.Context, rdb pipeliner, markers []string, grace time.Duration) ([]string, error) {
+func pauseMarkers(ctx context.Context, rdb pipeliner, markers []string, grace time.Duration) ([]string, error) {
 	var failed []string
 	var first error
-	for i := 0; i < len(markers); i += holdChunk {
-		chunk := markers[i:min(i+holdChunk, len(markers))]
+	for i := 0; i < len(markers); i += pauseChunk {
+		chunk := markers[i:min(i+pauseChunk, len(markers))]
 		cmds := make([]*redis.Cmd, len(chunk))
 		send := func(idx []int, loaded bool) {
 			pipe := rdb.Pipeline()
 			for _, j := range idx {
 				if loaded {
-					cmds[j] = holdScript.EvalSha(ctx, pipe, []string{chunk[j]}, grace.Milliseconds())
+					cmds[j] = pauseScript.EvalSha(ctx, pipe, []string{chunk[j]}, grace.Milliseconds())
 				} else {
-					cmds[j] = holdScript.Eval(ctx, pipe, []string{chunk[j]}, grace.Milliseconds())
+					cmds[j] = pauseScript.Eval(ctx, pipe, []string{chunk[j]}, grace.Milliseconds())
 				}
 			}
 			_, _ = pipe.Exec(ctx)
@@ -383,10 +383,10 @@ func holdMarkers(ctx context.Context, rdb pipeliner, markers []string, grace tim
 // lost holds grants back on the slots of markers, to be retried at every
 // poll until written, and has every KeepAlive renew at once.
 func (w *lossWatch) lost(ctx context.Context, markers []string) {
-	failed, err := w.holdSlots(ctx, markers)
+	failed, err := w.pauseSlots(ctx, markers)
 	w.pending = append(w.pending, failed...)
 	w.event("Redis restarted or failed over and may have lost lockd's data: new grants are held back and kept-alive leases checked at once",
-		"slots", len(markers), "hold", w.c.lossGrace, "err", err)
+		"slots", len(markers), "pause", w.c.lossGrace, "err", err)
 }
 
 // infoRefused logs once that INFO is not allowed, so restarts that keep the

@@ -33,7 +33,7 @@ type IdentityCheck struct {
 }
 
 // OnConnect checks the server a new connection reaches; see IdentityCheck.
-// An error (the hold could not be written) fails the connection, and the
+// An error (the pause could not be written) fails the connection, and the
 // next one checks again.
 func (ic *IdentityCheck) OnConnect(ctx context.Context, cn *redis.Conn) error {
 	if ic == nil {
@@ -82,7 +82,7 @@ func (id *identity) check(ctx context.Context, w *lossWatch, cn *redis.Conn) err
 			id.runID = runID
 			return nil
 		}
-		if err := w.holdThrough(ctx, cn, w.c.allMarkers(), "restarted or failed over"); err != nil {
+		if err := w.pauseThrough(ctx, cn, w.c.allMarkers(), "restarted or failed over"); err != nil {
 			return err
 		}
 		id.runID = runID
@@ -135,7 +135,7 @@ func (id *identity) checkNode(ctx context.Context, w *lossWatch, cn *redis.Conn,
 		}
 	}
 	if len(held) > 0 {
-		if err := w.holdThrough(ctx, cn, held, "node restarted or took over slots"); err != nil {
+		if err := w.pauseThrough(ctx, cn, held, "node restarted or took over slots"); err != nil {
 			return err
 		}
 	}
@@ -146,16 +146,16 @@ func (id *identity) checkNode(ctx context.Context, w *lossWatch, cn *redis.Conn,
 	return nil
 }
 
-// holdThrough holds new grants back on the slots of markers through cn,
+// pauseThrough holds new grants back on the slots of markers through cn,
 // and has every KeepAlive renew at once.
-func (w *lossWatch) holdThrough(ctx context.Context, cn *redis.Conn, markers []string, why string) error {
+func (w *lossWatch) pauseThrough(ctx context.Context, cn *redis.Conn, markers []string, why string) error {
 	hctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), identityHoldTimeout)
 	defer cancel()
-	failed, err := holdMarkers(hctx, cn, markers, w.c.lossGrace)
+	failed, err := pauseMarkers(hctx, cn, markers, w.c.lossGrace)
 	if len(failed) > 0 {
 		return fmt.Errorf("redislock: Redis %s; holding grants back failed: %w", why, err)
 	}
 	w.event("Redis "+why+" since lockd last saw it and may have lost lockd's data: new grants are held back and kept-alive leases checked at once",
-		"slots", len(markers), "hold", w.c.lossGrace)
+		"slots", len(markers), "pause", w.c.lossGrace)
 	return nil
 }

@@ -133,9 +133,9 @@ type Lease struct {
 
 	// remaining is ExpireTime less Redis's clock when the reply was made.
 	remaining time.Duration
-	// hold is when grants held back after a data loss resume (ms, Redis
-	// clock), and now Redis's clock at the reply.
-	hold, now int64
+	// pausedUntil is when grants paused after a data loss resume (ms,
+	// Redis clock), and now Redis's clock at the reply.
+	pausedUntil, now int64
 	// sent is when the call that granted the lease was sent: the lease
 	// runs at least until sent + remaining.
 	sent time.Time
@@ -468,7 +468,7 @@ func (c *Client) Renew(ctx context.Context, key, leaseID string, ttl time.Durati
 	if err != nil {
 		return Lease{}, err
 	}
-	c.noteHold(ks, reply)
+	c.notePause(ks, reply)
 	if status(reply) != 1 {
 		return Lease{}, notHeld(key)
 	}
@@ -530,7 +530,7 @@ func parseLease(key string, r []any) (Lease, error) {
 		ExpireTime:   time.UnixMilli(expire),
 		HoldCount:    uint32(intAt(r, 5)),
 		remaining:    time.Duration(expire-now) * time.Millisecond,
-		hold:         intAt(r, 2),
+		pausedUntil:  intAt(r, 2),
 		now:          now,
 	}, nil
 }

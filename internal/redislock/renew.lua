@@ -7,8 +7,8 @@
 -- ARGV[3] keeper id of the KeepAlive renewing, or ''
 -- ARGV[4] '1' makes that keeper the lease's newest
 -- ARGV[5] grace_ms: how long new grants wait after Redis lost its data
--- Returns {1, now_ms, hold_until_ms, lease_id, mode, hold_count,
--- fencing_token, ttl_ms, expire_ms, owner} or {-1, now_ms, hold_until_ms}
+-- Returns {1, now_ms, paused_until_ms, lease_id, mode, hold_count,
+-- fencing_token, ttl_ms, expire_ms, owner} or {-1, now_ms, paused_until_ms}
 -- when the lease is not held (expired, released, lost or unknown).
 
 -- The fast path: a lone lease kept as a string (common.lua), with no
@@ -47,14 +47,14 @@ end
 
 local id, ttl, keeper, register, grace = ARGV[1], tonumber(ARGV[2]), ARGV[3], ARGV[4], tonumber(ARGV[5])
 
-local hold = check_marker(grace)
+local paused = check_marker(grace)
 begin()
 
 -- A revoked lease is not held; told so, the KeepAlive that kept it ends,
 -- and the lease a moment later.
 if keeper ~= '' and revoked_seen(id, keeper) then
   tidy()
-  return {-1, now_ms, hold}
+  return {-1, now_ms, paused}
 end
 local l = get_lease(id)
 if l and l.revoked then
@@ -62,7 +62,7 @@ if l and l.revoked then
 end
 if not l then
   tidy()
-  return {-1, now_ms, hold}
+  return {-1, now_ms, paused}
 end
 if ttl > 0 then
   l.ttl = ttl
@@ -73,4 +73,4 @@ if register == '1' then
 end
 put_lease(id, l)
 tidy()
-return lease_reply(1, hold, id, l)
+return lease_reply(1, paused, id, l)

@@ -242,7 +242,7 @@ func (r *renewer) send(addr string, group []*renewal) {
 		res := renewResult{sent: sent}
 		reply, err := cmds[i].Slice()
 		if err == nil {
-			r.c.noteHold(rn.ks, reply)
+			r.c.notePause(rn.ks, reply)
 		}
 		switch {
 		case err != nil:

@@ -21,8 +21,8 @@ var (
 	renewLua string
 	//go:embed abandon.lua
 	abandonLua string
-	//go:embed hold.lua
-	holdLua string
+	//go:embed pause.lua
+	pauseLua string
 	//go:embed leader.lua
 	leaderLua string
 	//go:embed proclaim.lua
@@ -36,7 +36,7 @@ var (
 	releaseScript = lockScript(releaseLua)
 	renewScript   = lockScript(renewLua).again()
 	abandonScript = lockScript(abandonLua).again()
-	holdScript    = newScript(holdLua).again()
+	pauseScript   = newScript(pauseLua).again()
 
 	leaderScript   = lockScript(leaderLua).again()
 	proclaimScript = lockScript(proclaimLua).again()
