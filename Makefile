@@ -5,8 +5,8 @@ MAKEFLAGS += --no-print-directory
 
 GO ?= go
 # Packages Debian must provide for the tests: real Redis servers,
-# docker-compose (to check docker-compose.yml), curl (the README's
-# HTTP/JSON examples), chromium (the admin page's browser test) and
+# docker-compose (to check docker-compose.yml), curl (the HTTP/JSON
+# examples of docs/), chromium (the admin page's browser test) and
 # prometheus (its promtool checks the alert rules and dashboard of deploy/).
 # valkey-server comes from bookworm-backports (valkey-deps).
 APT_PACKAGES := redis-server redis-tools docker-compose curl chromium prometheus
@@ -36,9 +36,21 @@ GO_MODULES := . client gen
 help: ## List the targets.
 	@grep -hE '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  %-15s %s\n", $$1, $$2}'
 
+# make run builds grpcurl beside lockd, in one go build, so that the first
+# `go tool grpcurl` finds its packages compiled and only links it: one wait
+# instead of two, and less work in all (on two cores: 376 s of CPU for both,
+# then 4 s for go tool grpcurl's first run, against 305 s for lockd alone
+# and then 126 s for go tool grpcurl's).
+GRPCURL := github.com/fullstorydev/grpcurl/cmd/grpcurl
+
 .PHONY: run
-run: ## Run lockd on its embedded store (127.0.0.1:50051), ready for grpcurl.
-	$(GO) run ./cmd/lockd $(ARGS)
+run: ## Build .bin/lockd (and grpcurl) when changed, then run lockd on its embedded store (127.0.0.1:50051), ready for grpcurl.
+	@echo "building .bin/lockd and grpcurl (the first build takes a few minutes; later ones, seconds)"
+	$(GO) build -o .bin/ ./cmd/lockd $(GRPCURL)
+	.bin/lockd $(ARGS)
+
+.PHONY: build
+build: .bin/lockd .bin/wechat-fake ## Build .bin/lockd (the server and the CLI) and .bin/wechat-fake (a fake WeChat).
 
 .PHONY: test
 test: deps valkey-deps python-deps lint ## Install what is missing, then run every test (with -race) against real Redis.
@@ -75,8 +87,8 @@ test-examples: node-deps .bin/lockd .bin/wechat-fake ## Test the SDK examples (e
 	cd examples/wechat-go && $(GO) vet ./... && LOCKD_BIN=$(CURDIR)/.bin/lockd WECHAT_FAKE_BIN=$(CURDIR)/.bin/wechat-fake $(GO) test -race -count=1 ./...
 	cd examples/feishu-node && npm ci --no-audit --no-fund && LOCKD_BIN=$(CURDIR)/.bin/lockd WECHAT_FAKE_BIN=$(CURDIR)/.bin/wechat-fake npm test
 
-# The client tests run these binaries as processes; go build is a no-op when
-# nothing changed.
+# make run, make build and the client tests use these binaries; go build is
+# a no-op when nothing changed.
 .PHONY: .bin/lockd .bin/wechat-fake
 .bin/lockd .bin/wechat-fake:
 	$(GO) build -o $@ ./cmd/$(notdir $@)

@@ -16,26 +16,81 @@ import (
 	"github.com/lockd/lockd/client"
 )
 
-// clientCommand runs the client subcommand args name (lock, token,
-// inspect, take), and
-// reports false when they name none: lockd then serves ("serve" is
-// dropped from args).
-func clientCommand(args []string) (code int, ok bool, serveArgs []string) {
-	if len(args) > 0 {
-		switch args[0] {
-		case "lock":
-			return runLock(args[1:], os.Getenv, os.Stdout, os.Stderr), true, nil
-		case "token":
-			return runToken(args[1:], os.Getenv, os.Stdout, os.Stderr), true, nil
-		case "inspect":
-			return runInspect(args[1:], os.Getenv, os.Stdout, os.Stderr), true, nil
-		case "take":
-			return runTake(args[1:], os.Getenv, os.Stderr), true, nil
-		case "serve":
-			return 0, false, args[1:]
+// subcommand is one of lockd's client subcommands.
+type subcommand struct {
+	name  string
+	about string // one line, for lockd --help
+	run   func(args []string, getenv func(string) string, stdout, stderr io.Writer) int
+}
+
+// subcommands are lockd's client subcommands, in the order lockd --help
+// lists them; lockd with none of them (or with serve) runs the server.
+var subcommands = []subcommand{
+	{"lock", "run a command while holding a lock, or one of N permits of a semaphore", runLock},
+	{"token", "print an app's access_token", runToken},
+	{"inspect", "print who holds a key and how many wait for it", runInspect},
+	{"take", "spend from a fleet-wide rate limit; exit 0 when allowed, 75 when not", runTake},
+}
+
+// clientCommand runs the client subcommand args name, or prints lockd's
+// help (for help, -h, -help or --help, and for an unknown subcommand, then
+// exiting 2), and reports false when args name none of them: lockd then
+// serves ("serve" is dropped from args).
+func clientCommand(args []string, getenv func(string) string, stdout, stderr io.Writer) (code int, ok bool, serveArgs []string) {
+	if len(args) == 0 {
+		return 0, false, args
+	}
+	switch name := args[0]; name {
+	case "serve":
+		return 0, false, args[1:]
+	case "help", "-h", "-help", "--help":
+		printHelp(stdout)
+		return 0, true, nil
+	default:
+		for _, c := range subcommands {
+			if c.name == name {
+				return c.run(args[1:], getenv, stdout, stderr), true, nil
+			}
+		}
+		if !strings.HasPrefix(name, "-") {
+			fmt.Fprintf(stderr, "lockd: unknown subcommand %q\n\n", name)
+			printHelp(stderr)
+			return exitUsage, true, nil
 		}
 	}
 	return 0, false, args
+}
+
+// printHelp writes lockd's help to w: its subcommands, then the server's
+// flags with their built-in defaults.
+func printHelp(w io.Writer) {
+	// parseFlags prints the help through its flag set's Usage.
+	_, _, _ = parseFlags([]string{"-help"}, func(string) string { return "" }, w)
+}
+
+// writeUsage writes the usage of lockd, its subcommands and the server's
+// flags (fs) to fs's output.
+func writeUsage(fs *flag.FlagSet) {
+	w := fs.Output()
+	fmt.Fprint(w, `usage: lockd [serve] [flags]            run the server
+       lockd SUBCOMMAND [flags] ARGS...  call a running lockd
+
+Subcommands:
+  serve    run the server (the default: lockd with no subcommand serves)
+`)
+	for _, c := range subcommands {
+		fmt.Fprintf(w, "  %-8s %s\n", c.name, c.about)
+	}
+	fmt.Fprint(w, `  help     print this help
+
+"lockd SUBCOMMAND --help" lists a subcommand's flags. Every server flag can
+also be set in the environment as LOCKD_ and its name in upper snake case
+(--http-listen: LOCKD_HTTP_LISTEN); the command line wins. The manual is in
+the docs/ directory of lockd's repository.
+
+Server flags:
+`)
+	fs.PrintDefaults()
 }
 
 // runOneArg runs a client subcommand that takes one argument (lockd token

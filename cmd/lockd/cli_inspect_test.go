@@ -2,7 +2,6 @@ package main
 
 import (
 	"io"
-	"os"
 	"regexp"
 	"strings"
 	"testing"
@@ -45,15 +44,11 @@ func TestDescribeText(t *testing.T) {
 	}
 }
 
-// TestEveryInspectFlagIsInTheReadme keeps the README's command line
-// section in step with lockd inspect's flags.
-func TestEveryInspectFlagIsInTheReadme(t *testing.T) {
+// TestEveryInspectFlagIsInTheManual keeps the command line section of
+// docs/clients.md in step with lockd inspect's flags.
+func TestEveryInspectFlagIsInTheManual(t *testing.T) {
 	t.Parallel()
-	readme, err := os.ReadFile("../../README.md")
-	if err != nil {
-		t.Fatal(err)
-	}
-	section := regexp.MustCompile("(?s)### The command line.*?\n## ").Find(readme)
+	section := manualSection(t, "clients.md", "## The command line")
 	var out strings.Builder
 	if code := runInspect([]string{"-help"}, func(string) string { return "" }, io.Discard, &out); code != 0 {
 		t.Fatalf("-help exited %d", code)
@@ -63,8 +58,8 @@ func TestEveryInspectFlagIsInTheReadme(t *testing.T) {
 		t.Fatalf("found %d flags in -help output:\n%s", len(flags), out.String())
 	}
 	for _, m := range flags {
-		if name := m[1]; !strings.Contains(string(section), "`--"+name+"`") {
-			t.Errorf("lockd inspect flag --%s has no line in README.md's command line section", name)
+		if name := m[1]; !strings.Contains(section, "`--"+name+"`") {
+			t.Errorf("lockd inspect flag --%s has no line in docs/clients.md's command line section", name)
 		}
 	}
 }

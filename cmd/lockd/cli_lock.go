@@ -56,7 +56,7 @@ type lockFlags struct {
 
 func parseLockFlags(args []string, stderr io.Writer) (*lockFlags, error) {
 	f := &lockFlags{}
-	fs := newClientFlagSet("lockd lock", lockUsage, "Runs CMD while holding the lock KEY; see the README for exit statuses.", stderr)
+	fs := newClientFlagSet("lockd lock", lockUsage, "Runs CMD while holding the lock KEY; docs/clients.md lists its exit statuses.", stderr)
 	f.client.register(fs)
 	fs.DurationVar(&f.ttl, "ttl", 0, "lease ttl, renewed about every ttl/3 while CMD runs; 0 = lockd's default (30s)")
 	fs.DurationVar(&f.wait, "wait", 30*time.Second, "how long to wait for the lock; 0 tries once")

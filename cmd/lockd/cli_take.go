@@ -21,7 +21,7 @@ const takeUsage = "usage: lockd take [flags] KEY --limit N --period D [--burst B
 // cost was allowed (go ahead), 75 when it was not (within --wait; stderr
 // says when it would be), 1 when lockd could not decide, 2 for bad
 // arguments. Flags may come before or after KEY.
-func runTake(args []string, getenv func(string) string, stderr io.Writer) int {
+func runTake(args []string, getenv func(string) string, _, stderr io.Writer) int {
 	var (
 		f     clientFlags
 		limit uint

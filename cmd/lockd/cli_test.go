@@ -4,8 +4,6 @@ import (
 	"errors"
 	"flag"
 	"io"
-	"os"
-	"regexp"
 	"strings"
 	"testing"
 	"time"
@@ -60,31 +58,24 @@ func TestClientCommandDispatch(t *testing.T) {
 		{[]string{"--listen=:1"}, []string{"--listen=:1"}},
 		{[]string{"serve", "--listen=:1"}, []string{"--listen=:1"}},
 	} {
-		if _, ok, rest := clientCommand(tc.args); ok || strings.Join(rest, " ") != strings.Join(tc.serve, " ") {
+		if _, ok, rest := clientCommand(tc.args, env(), io.Discard, io.Discard); ok || strings.Join(rest, " ") != strings.Join(tc.serve, " ") {
 			t.Errorf("%q: client command %v, serve args %q", tc.args, ok, rest)
 		}
 	}
 }
 
-// TestEveryClientFlagIsInTheReadme keeps the README's table of lockd lock
-// and lockd token flags in step with their flags.
-func TestEveryClientFlagIsInTheReadme(t *testing.T) {
+// TestEveryClientFlagIsInTheManual keeps the table of lockd lock and lockd
+// token flags in docs/clients.md in step with their flags.
+func TestEveryClientFlagIsInTheManual(t *testing.T) {
 	t.Parallel()
-	readme, err := os.ReadFile("../../README.md")
-	if err != nil {
-		t.Fatal(err)
-	}
-	section := regexp.MustCompile("(?s)### The command line.*?\n## ").Find(readme)
-	if section == nil {
-		t.Fatal("README.md has no section on the command line")
-	}
+	section := manualSection(t, "clients.md", "## The command line")
 	var out strings.Builder
 	if _, err := parseLockFlags([]string{"-help"}, &out); !errors.Is(err, flag.ErrHelp) {
 		t.Fatalf("-help: %v", err)
 	}
 	for _, name := range helpFlags(t, out.String()) {
-		if !strings.Contains(string(section), "`--"+name+"`") {
-			t.Errorf("lockd lock flag --%s has no line in README.md's command line section", name)
+		if !strings.Contains(section, "`--"+name+"`") {
+			t.Errorf("lockd lock flag --%s has no line in docs/clients.md's command line section", name)
 		}
 	}
 }

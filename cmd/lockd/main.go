@@ -1,7 +1,8 @@
 // Command lockd serves distributed locks and fleet-wide access tokens over
 // gRPC (lockd, or lockd serve); lockd lock runs a command while holding a
-// lock, and lockd token prints an app's access_token. See the README for
-// flags and examples.
+// lock, lockd token prints an app's access_token and lockd inspect tells
+// who holds a key. lockd --help lists the subcommands and the server's
+// flags; docs/operations.md and docs/clients.md describe them.
 package main
 
 import (
@@ -26,7 +27,7 @@ import (
 var version = "dev"
 
 func main() {
-	code, ok, args := clientCommand(os.Args[1:])
+	code, ok, args := clientCommand(os.Args[1:], os.Getenv, os.Stdout, os.Stderr)
 	if ok {
 		os.Exit(code)
 	}
@@ -45,9 +46,10 @@ func main() {
 		}
 	}()
 	if err := run(ctx, args, os.Getenv, os.Stderr, reloads); err != nil {
-		if !errors.Is(err, flag.ErrHelp) {
-			fmt.Fprintln(os.Stderr, "lockd:", err)
+		if errors.Is(err, flag.ErrHelp) {
+			os.Exit(0) // the flag set printed the help
 		}
+		fmt.Fprintln(os.Stderr, "lockd:", err)
 		os.Exit(2)
 	}
 }
@@ -70,6 +72,7 @@ func parseFlags(args []string, getenv func(string) string, stderr io.Writer) (se
 	var level slog.Level
 	fs := flag.NewFlagSet("lockd", flag.ContinueOnError)
 	fs.SetOutput(stderr)
+	fs.Usage = func() { writeUsage(fs) }
 	fs.StringVar(&cfg.Listen, "listen", "127.0.0.1:50051", "gRPC address")
 	fs.StringVar(&cfg.HTTPListen, "http-listen", "127.0.0.1:9464", "address for /metrics, /healthz and /readyz; empty turns it off")
 	fs.StringVar(&cfg.GatewayListen, "gateway-listen", "", "address of the HTTP/JSON gateway (same services, auth and TLS as gRPC); empty = off")
@@ -86,7 +89,7 @@ func parseFlags(args []string, getenv func(string) string, stderr io.Writer) (se
 	fs.StringVar(&cfg.Namespace, "namespace", "lockd", "prefix of every Redis key and channel, so that deployments can share one Redis")
 	fs.BoolVar(&cfg.Reflection, "reflection", true, "serve gRPC server reflection")
 	var configPath string
-	fs.StringVar(&configPath, "config", "", "YAML file: apps and auth (see the README)")
+	fs.StringVar(&configPath, "config", "", "YAML file: apps and auth (see docs/operations.md)")
 	fs.StringVar(&cfg.TLS.Cert, "tls-cert", "", "PEM certificate chain for the gRPC listener (TLS)")
 	fs.StringVar(&cfg.TLS.Key, "tls-key", "", "PEM private key for --tls-cert")
 	fs.StringVar(&cfg.TLS.ClientCA, "tls-client-ca", "", "PEM CA bundle: require client certificates signed by it (mTLS)")

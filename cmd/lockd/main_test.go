@@ -80,24 +80,21 @@ func TestParseFlags(t *testing.T) {
 	}
 }
 
-// TestEveryFlagIsInTheReadme keeps the README's flag table in step with the
-// flags lockd takes.
-func TestEveryFlagIsInTheReadme(t *testing.T) {
+// TestEveryFlagIsInTheManual keeps the flag table of docs/operations.md in
+// step with the flags lockd takes.
+func TestEveryFlagIsInTheManual(t *testing.T) {
 	t.Parallel()
-	readme, err := os.ReadFile("../../README.md")
-	if err != nil {
-		t.Fatal(err)
-	}
+	section := manualSection(t, "operations.md", "## Running lockd")
 	// parseFlags defines lockd's flags on its own set; list them through
 	// -help's output.
 	var out strings.Builder
-	_, _, err = parseFlags([]string{"-help"}, env(), &out)
+	_, _, err := parseFlags([]string{"-help"}, env(), &out)
 	if !errors.Is(err, flag.ErrHelp) {
 		t.Fatalf("-help: %v", err)
 	}
 	for _, name := range helpFlags(t, out.String()) {
-		if !strings.Contains(string(readme), "`--"+name+"`") {
-			t.Errorf("flag --%s has no line in README.md", name)
+		if !strings.Contains(section, "`--"+name+"`") {
+			t.Errorf("flag --%s has no line in docs/operations.md's Running lockd", name)
 		}
 	}
 }
@@ -136,4 +133,25 @@ func helpFlags(t *testing.T, help string) []string {
 		t.Fatalf("found only %d flags in -help output:\n%s", len(names), help)
 	}
 	return names
+}
+
+// manualSection returns the section of docs/page that starts with the
+// heading line heading, up to the next heading of the same level.
+func manualSection(t *testing.T, page, heading string) string {
+	t.Helper()
+	b, err := os.ReadFile("../../docs/" + page)
+	if err != nil {
+		t.Fatal(err)
+	}
+	level := heading[:strings.IndexByte(heading, ' ')+1]
+	text := string(b)
+	start := strings.Index(text, "\n"+heading+"\n")
+	if start < 0 {
+		t.Fatalf("docs/%s has no heading %q", page, heading)
+	}
+	text = text[start+1:]
+	if end := strings.Index(text[len(heading):], "\n"+level); end >= 0 {
+		text = text[:len(heading)+end]
+	}
+	return text
 }

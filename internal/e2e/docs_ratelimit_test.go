@@ -9,24 +9,9 @@ import (
 	"testing"
 )
 
-// docBlock returns the sh block of docs/<file> that follows the comment
-// <!-- name ... -->.
-func docBlock(t *testing.T, file, name string) string {
-	t.Helper()
-	doc, err := os.ReadFile(filepath.Join("..", "..", "docs", file))
-	if err != nil {
-		t.Fatal(err)
-	}
-	block := regexp.MustCompile("(?s)<!-- " + regexp.QuoteMeta(name) + "[^>]*-->\\s*```sh\\n(.*?)```").FindSubmatch(doc)
-	if block == nil {
-		t.Fatalf("docs/%s has no %s block", file, name)
-	}
-	return string(block[1])
-}
-
-// runDocBlock runs script with bash, PATH starting with bin (when given),
+// runDocScript runs script with bash, PATH starting with bin (when given),
 // and returns its output.
-func runDocBlock(t *testing.T, name, script, bin string) string {
+func runDocScript(t *testing.T, name, script, bin string) string {
 	t.Helper()
 	cmd := exec.Command("bash", "-euo", "pipefail", "-c", script)
 	cmd.Env = os.Environ()
@@ -55,7 +40,7 @@ func TestDocsRateLimitFleet(t *testing.T) {
 	if err := os.WriteFile(filepath.Join(bin, "lockd"), []byte(wrapper), 0o755); err != nil {
 		t.Fatal(err)
 	}
-	text := runDocBlock(t, "ratelimit-fleet", docBlock(t, "ratelimits.md", "ratelimit-fleet"), bin)
+	text := runDocScript(t, "ratelimit-fleet", docBlock(t, "ratelimit-fleet", "sh"), bin)
 	if n := strings.Count(text, " sent batch "); n != 9 {
 		t.Errorf("%d calls made, want all 9:\n%s", n, text)
 	}
@@ -72,14 +57,14 @@ func TestDocsRateLimitGRPC(t *testing.T) {
 	t.Parallel()
 	gateway := freeAddr(t)
 	p := startLockd(t, nil, "--gateway-listen="+gateway)
-	text := runDocBlock(t, "ratelimit-grpcurl", strings.ReplaceAll(docBlock(t, "ratelimits.md", "ratelimit-grpcurl"), "127.0.0.1:50051", p.addr), "")
+	text := runDocScript(t, "ratelimit-grpcurl", strings.ReplaceAll(docBlock(t, "ratelimit-grpcurl", "sh"), "127.0.0.1:50051", p.addr), "")
 	if n := strings.Count(text, `"allowed": true`); n != 4 {
 		t.Errorf("%d takes allowed, want 2 of the first 3, and both pings:\n%s", n, text)
 	}
 	if !regexp.MustCompile(`(?s)"allowed": false,\s*"remaining": 0,\s*"retryAfter": "[1-9][0-9.]*s"`).MatchString(text) {
 		t.Errorf("the third take was not refused with a retryAfter:\n%s", text)
 	}
-	text = runDocBlock(t, "ratelimit-curl", strings.ReplaceAll(docBlock(t, "ratelimits.md", "ratelimit-curl"), "127.0.0.1:8080", gateway), "")
+	text = runDocScript(t, "ratelimit-curl", strings.ReplaceAll(docBlock(t, "ratelimit-curl", "sh"), "127.0.0.1:8080", gateway), "")
 	if !strings.Contains(text, `"allowed":true`) || !strings.Contains(text, `"remaining":95`) {
 		t.Errorf("curl example: %s", text)
 	}

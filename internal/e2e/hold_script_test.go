@@ -7,7 +7,6 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
-	"regexp"
 	"strings"
 	"testing"
 	"time"
@@ -19,16 +18,8 @@ import (
 // holdScript writes the shell script of docs/http-hold.md to a file.
 func holdScript(t *testing.T) string {
 	t.Helper()
-	doc, err := os.ReadFile("../../docs/http-hold.md")
-	if err != nil {
-		t.Fatal(err)
-	}
-	m := regexp.MustCompile("(?s)<!-- hold-script: [^>]*-->\\s*```sh\\n(.*?)```").FindSubmatch(doc)
-	if m == nil {
-		t.Fatal("docs/http-hold.md has no hold-script block")
-	}
 	path := filepath.Join(t.TempDir(), "hold.sh")
-	if err := os.WriteFile(path, m[1], 0o700); err != nil {
+	if err := os.WriteFile(path, []byte(docBlock(t, "hold-script", "sh")), 0o700); err != nil {
 		t.Fatal(err)
 	}
 	return path

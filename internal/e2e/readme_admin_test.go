@@ -1,11 +1,9 @@
 package e2e
 
 import (
-	"fmt"
 	"os"
 	"os/exec"
 	"path/filepath"
-	"regexp"
 	"strings"
 	"testing"
 
@@ -13,35 +11,30 @@ import (
 )
 
 // TestReadmeAdminExamples runs the AdminService grpcurl examples of
-// README.md, as written but for the address, against a lockd with the
-// README's auth section (orders, and ops with admin: true) and the fake
-// WeChat app of the README's recipe.
+// docs/admin.md, as written but for the address, against a lockd with the
+// page's auth section (orders, and ops with admin: true) added to the
+// configuration of the fake WeChat recipe in docs/tokens.md.
 func TestReadmeAdminExamples(t *testing.T) {
 	t.Parallel()
 	fake := wechatfake.New(wechatfake.Options{Apps: map[string]string{"wx1234": "app-secret"}})
 	t.Cleanup(fake.Close)
-	readme, err := os.ReadFile("../../README.md")
-	if err != nil {
-		t.Fatal(err)
-	}
-	auth := regexp.MustCompile("(?s)```yaml\n(auth:\n  clients:\n    - \\{name: orders.*?)```").FindSubmatch(readme)
-	if auth == nil {
-		t.Fatal("README.md's Admin section has no auth example")
+	auth := docBlock(t, "admin-auth-config", "yaml")
+	if !strings.HasPrefix(auth, "auth:\n") {
+		t.Fatalf("the admin page's configuration is not an auth section:\n%s", auth)
 	}
 	cfg := filepath.Join(t.TempDir(), "lockd.yaml")
-	app := fmt.Sprintf("apps:\n  - {name: mp, provider: wechat, appid: wx1234, secret_env: MP_SECRET, api_base: %q}\n", fake.URL())
-	if err := os.WriteFile(cfg, append([]byte(app), auth[1]...), 0o600); err != nil {
+	if err := os.WriteFile(cfg, []byte(fakeWeChatConfig(t, fake.URL())+auth), 0o600); err != nil {
 		t.Fatal(err)
 	}
 	env := []string{"MP_SECRET=app-secret", "ORDERS_TOKEN=orders-readme-token-0123", "ADMIN_TOKEN=ops-readme-token-456789"}
 	p := startLockd(t, env, "--config="+cfg)
 
-	script := strings.ReplaceAll(readmeBlock(t, "grpcurl-admin-examples", "sh"), "127.0.0.1:50051", p.addr)
+	script := strings.ReplaceAll(docBlock(t, "grpcurl-admin-examples", "sh"), "127.0.0.1:50051", p.addr)
 	cmd := exec.Command("bash", "-euo", "pipefail", "-c", script)
 	cmd.Env = append(os.Environ(), env...)
 	out, err := cmd.CombinedOutput()
 	if err != nil {
-		t.Fatalf("README admin examples failed: %v\n%s", err, out)
+		t.Fatalf("the admin examples failed: %v\n%s", err, out)
 	}
 	text := string(out)
 	for _, want := range []string{
@@ -49,7 +42,7 @@ func TestReadmeAdminExamples(t *testing.T) {
 		"Code: PermissionDenied", "refused", `"released": [`, `"app": "mp"`,
 	} {
 		if !strings.Contains(text, want) {
-			t.Errorf("README admin examples' output lacks %s:\n%s", want, text)
+			t.Errorf("the admin examples' output lacks %s:\n%s", want, text)
 		}
 	}
 	if n := strings.Count(text, `"leaseId"`); n != 1 {

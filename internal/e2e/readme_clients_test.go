@@ -14,10 +14,9 @@ import (
 
 	lockdv1 "github.com/lockd/lockd/gen/lockd/v1"
 	"github.com/lockd/lockd/internal/testlog"
-	"github.com/lockd/lockd/internal/wechat/wechatfake"
 )
 
-// TestReadmeHold runs the README's Hold command as written (but for the
+// TestReadmeHold runs the Hold command of docs/locks.md as written (but for the
 // address) until it has streamed a renewal, checks that the key is held,
 // then interrupts it as Ctrl-C would: a waiter gets the key at once, long
 // before the lease could run out.
@@ -27,7 +26,7 @@ func TestReadmeHold(t *testing.T) {
 	lc := lockdv1.NewLockServiceClient(p.dial(t))
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()
-	cmd := exec.Command("bash", "-euo", "pipefail", "-c", strings.ReplaceAll(readmeBlock(t, "grpcurl-hold", "sh"), "127.0.0.1:50051", p.addr))
+	cmd := exec.Command("bash", "-euo", "pipefail", "-c", strings.ReplaceAll(docBlock(t, "grpcurl-hold", "sh"), "127.0.0.1:50051", p.addr))
 	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
 	out := &testlog.Buffer{}
 	cmd.Stdout, cmd.Stderr = out, out
@@ -80,19 +79,19 @@ func TestReadmeGoClient(t *testing.T) {
 	runReadmeGo(t, "go-client-example", "step 2 of orders/42, fencing token ")
 }
 
-// TestReadmeGoElection compiles and runs the README's Go program with an
-// election and a semaphore as written (but for the address).
+// TestReadmeGoElection compiles and runs the Go program of docs/clients.md
+// with an election and a semaphore as written (but for the address).
 func TestReadmeGoElection(t *testing.T) {
 	t.Parallel()
 	runReadmeGo(t, "go-election-example", "leading scheduler, term ", "calling upstream with permit ")
 }
 
-// runReadmeGo runs the README's Go program block against a lockd of its own
-// and checks that its output has each of want.
+// runReadmeGo runs the Go program block named block (see docBlock) against
+// a lockd of its own and checks that its output has each of want.
 func runReadmeGo(t *testing.T, block string, want ...string) {
 	t.Helper()
 	p := startLockd(t, nil)
-	src := strings.ReplaceAll(readmeBlock(t, block, "go"), "127.0.0.1:50051", p.addr)
+	src := strings.ReplaceAll(docBlock(t, block, "go"), "127.0.0.1:50051", p.addr)
 	// Inside the module (testdata is left out of ./...), so it builds
 	// against this checkout of the client.
 	if err := os.MkdirAll("testdata", 0o755); err != nil {
@@ -111,43 +110,25 @@ func runReadmeGo(t *testing.T, block string, want ...string) {
 	}
 	out, err := exec.Command("go", "run", "./"+dir).CombinedOutput()
 	if err != nil {
-		t.Fatalf("the README's Go program %s: %v\n%s", block, err, out)
+		t.Fatalf("the Go program %s: %v\n%s", block, err, out)
 	}
 	for _, w := range want {
 		if !strings.Contains(string(out), w) {
-			t.Fatalf("the README's Go program %s printed:\n%s", block, out)
+			t.Fatalf("the Go program %s printed:\n%s", block, out)
 		}
 	}
 }
 
-// TestReadmeLockCommand runs the README's lockd lock and lockd token
-// examples as written, with a lockd on PATH that talks to the test's lockd.
+// TestReadmeLockCommand runs the lockd lock examples of docs/clients.md,
+// the lockd lock step of the README's tour and the lockd token example of
+// docs/tokens.md as written, with a lockd on PATH that talks to the test's
+// lockd (serving the fake WeChat app of the recipe in docs/tokens.md).
 func TestReadmeLockCommand(t *testing.T) {
 	t.Parallel()
-	fake := newFake(t, wechatfake.Options{})
-	tmp := t.TempDir()
-	cfgPath := filepath.Join(tmp, "lockd.yaml")
-	cfg := "apps:\n  - {name: mp, provider: wechat, appid: wx-classic, secret_env: CLASSIC_SECRET, api_base: \"" + fake.URL() + "\"}\n"
-	if err := os.WriteFile(cfgPath, []byte(cfg), 0o600); err != nil {
-		t.Fatal(err)
-	}
-	p := startLockd(t, []string{"CLASSIC_SECRET=" + classicSecret}, "--config="+cfgPath)
-	bin := filepath.Join(tmp, "bin")
-	wrapper := "#!/bin/sh\nsub=$1; shift\nexec " + lockdBinary(t) + " \"$sub\" --addr=" + p.addr + " \"$@\"\n"
-	if err := os.MkdirAll(bin, 0o755); err != nil {
-		t.Fatal(err)
-	}
-	if err := os.WriteFile(filepath.Join(bin, "lockd"), []byte(wrapper), 0o755); err != nil {
-		t.Fatal(err)
-	}
-	script := strings.ReplaceAll(readmeBlock(t, "lockd-lock-examples", "sh"), "/tmp/", tmp+"/")
-	cmd := exec.Command("bash", "-euo", "pipefail", "-c", script)
-	cmd.Env = append(os.Environ(), "PATH="+bin+":"+os.Getenv("PATH"))
-	out, err := cmd.CombinedOutput()
-	if err != nil {
-		t.Fatalf("README lockd lock examples failed: %v\n%s", err, out)
-	}
-	text := string(out)
+	fake, cfg := readmeApp(t)
+	p := startLockd(t, []string{"MP_SECRET=app-secret"}, "--config="+cfg)
+
+	text := runCLIBlock(t, p.addr, "lockd-lock-examples")
 	for _, want := range []string{"nightly job holds jobs/nightly with fencing token ", "second copy exited 75", "nightly job done", "export runs with permit "} {
 		if !strings.Contains(text, want) {
 			t.Errorf("output lacks %q:\n%s", want, text)
@@ -156,7 +137,42 @@ func TestReadmeLockCommand(t *testing.T) {
 	if strings.Contains(text, "never printed") {
 		t.Errorf("the second copy ran:\n%s", text)
 	}
-	if tok, err := os.ReadFile(filepath.Join(tmp, "mp.token")); err != nil || len(strings.TrimSpace(string(tok))) == 0 {
-		t.Errorf("lockd token wrote %q, %v", tok, err)
+
+	if text := runCLIBlock(t, p.addr, "lockd-lock-tour"); !strings.Contains(text, "nightly job holds jobs/nightly with fencing token ") {
+		t.Errorf("the tour's lockd lock printed:\n%s", text)
 	}
+
+	tmp := t.TempDir()
+	runCLIBlockIn(t, p.addr, "lockd-token-example", tmp)
+	if tok, err := os.ReadFile(filepath.Join(tmp, "mp.token")); err != nil || !fake.Valid(strings.TrimSpace(string(tok))) {
+		t.Errorf("lockd token wrote %q, %v; want the fake's valid token", tok, err)
+	}
+}
+
+// runCLIBlock runs the sh block named name (see docBlock) with a lockd on
+// PATH whose client subcommands talk to addr, and returns its output.
+func runCLIBlock(t *testing.T, addr, name string) string {
+	t.Helper()
+	return runCLIBlockIn(t, addr, name, t.TempDir())
+}
+
+// runCLIBlockIn is runCLIBlock with tmp in place of /tmp/.
+func runCLIBlockIn(t *testing.T, addr, name, tmp string) string {
+	t.Helper()
+	bin := filepath.Join(t.TempDir(), "bin")
+	wrapper := "#!/bin/sh\nsub=$1; shift\nexec " + lockdBinary(t) + " \"$sub\" --addr=" + addr + " \"$@\"\n"
+	if err := os.MkdirAll(bin, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(filepath.Join(bin, "lockd"), []byte(wrapper), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	script := strings.ReplaceAll(docBlock(t, name, "sh"), "/tmp/", tmp+"/")
+	cmd := exec.Command("bash", "-euo", "pipefail", "-c", script)
+	cmd.Env = append(os.Environ(), "PATH="+bin+":"+os.Getenv("PATH"))
+	out, err := cmd.CombinedOutput()
+	if err != nil {
+		t.Fatalf("the %s example failed: %v\n%s", name, err, out)
+	}
+	return string(out)
 }

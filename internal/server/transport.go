@@ -60,8 +60,8 @@ type Transport struct {
 // handshakeTimeout bounds a new connection's TLS and HTTP/2 handshake.
 const handshakeTimeout = 10 * time.Second
 
-// DefaultTransport are the bounds lockd starts with (see the README's
-// operations section for what they cost at most).
+// DefaultTransport are the bounds lockd starts with (see docs/security.md,
+// "Bounds on what a caller can cost", for what they cost at most).
 func DefaultTransport() Transport {
 	return Transport{
 		MaxConnections:        1000,

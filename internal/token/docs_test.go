@@ -15,8 +15,19 @@ import (
 	"github.com/lockd/lockd/internal/wechat/wechatfake"
 )
 
-// docConfig finds the YAML blocks of docs/tokens.md marked to be run.
-var docConfig = regexp.MustCompile("(?s)<!-- tokens-config: run by internal/token/docs_test.go -->\n```yaml\n(.*?)```")
+// docConfig finds the YAML blocks of docs/tokens.md marked to be run, and
+// their names.
+var docConfig = regexp.MustCompile("(?s)<!-- (tokens-config-[a-z0-9]+): run by internal/token/docs_test.go -->\n```yaml\n(.*?)```")
+
+// docConfigNames names the block of docs/tokens.md that configures each
+// provider (block names are unique across the documentation).
+var docConfigNames = map[string]string{
+	upstream.WeChat:   "tokens-config-wechat",
+	upstream.WeCom:    "tokens-config-wecom",
+	upstream.Feishu:   "tokens-config-feishu",
+	upstream.DingTalk: "tokens-config-dingtalk",
+	upstream.OAuth2:   "tokens-config-oauth2",
+}
 
 // TestTheTokenDocsConfigurationsRun parses every configuration of
 // docs/tokens.md, registers its app with the fake upstream, points the app
@@ -40,13 +51,17 @@ func TestTheTokenDocsConfigurationsRun(t *testing.T) {
 	seen := map[string]bool{}
 	srv := redistest.Start(t)
 	for _, b := range blocks {
-		c, err := config.Parse(b[1], src)
+		name, block := string(b[1]), b[2]
+		c, err := config.Parse(block, src)
 		if err != nil {
-			t.Fatalf("docs/tokens.md:\n%s\n%v", b[1], err)
+			t.Fatalf("docs/tokens.md %s:\n%s\n%v", name, block, err)
 		}
 		for _, a := range c.Apps {
 			t.Run(a.Name, func(t *testing.T) {
 				cfg := a.Upstream()
+				if want := docConfigNames[cfg.Provider]; name != want {
+					t.Errorf("docs/tokens.md's block %s configures provider %q, whose block is named %q", name, cfg.Provider, want)
+				}
 				seen[cfg.Provider] = true
 				fake := wechatfake.New(wechatfake.Options{})
 				t.Cleanup(fake.Close)

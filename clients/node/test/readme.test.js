@@ -1,6 +1,7 @@
 'use strict';
-// Runs the Node example of README.md, as written but for lockd's address,
-// against a lockd on real Redis, importing this package as @lockd/client.
+// Runs the Node examples of the documentation (README.md and docs/), as
+// written but for lockd's address, against a lockd on real Redis, importing
+// this package as @lockd/client.
 const { it } = require('node:test');
 const assert = require('node:assert/strict');
 const { execFileSync } = require('node:child_process');
@@ -9,11 +10,18 @@ const os = require('node:os');
 const path = require('node:path');
 const { startRedis, startLockd, repoRoot } = require('./harness');
 
-/** runBlock runs the README's js block named name against a lockd of its own; returns its output. */
+/** documentation returns README.md and every page of docs/, where the examples live. */
+function documentation() {
+  const pages = fs.readdirSync(path.join(repoRoot, 'docs')).filter((f) => f.endsWith('.md')).sort();
+  return [path.join(repoRoot, 'README.md'), ...pages.map((f) => path.join(repoRoot, 'docs', f))]
+    .map((f) => fs.readFileSync(f, 'utf8'))
+    .join('\n');
+}
+
+/** runBlock runs the documentation's js block named name against a lockd of its own; returns its output. */
 async function runBlock(name) {
-  const readme = fs.readFileSync(path.join(repoRoot, 'README.md'), 'utf8');
-  const block = readme.match(new RegExp(`<!-- ${name}[ :][^>]*-->\\s*\`\`\`js\\n([\\s\\S]*?)\`\`\``));
-  assert.ok(block, `README.md has no ${name} block`);
+  const block = documentation().match(new RegExp(`<!-- ${name}[ :][^>]*-->\\s*\`\`\`js\\n([\\s\\S]*?)\`\`\``));
+  assert.ok(block, `README.md and docs/ have no ${name} block`);
   const redis = await startRedis();
   const lockd = await startLockd(redis);
   try {

@@ -1,5 +1,5 @@
-"""Runs the Python example of README.md, as written but for lockd's address,
-against a lockd on real Redis."""
+"""Runs the Python example of the documentation (README.md and docs/), as
+written but for lockd's address, against a lockd on real Redis."""
 
 import re
 import subprocess
@@ -12,11 +12,16 @@ from . import harness
 SOURCE = Path(__file__).resolve().parents[1]
 
 
+def documentation() -> str:
+    """README.md and every page of docs/: where the documentation's examples live."""
+    pages = [harness.REPO / "README.md"] + sorted((harness.REPO / "docs").glob("*.md"))
+    return "\n".join(p.read_text() for p in pages)
+
+
 class ReadmeTest(unittest.TestCase):
     def test_the_readme_example_runs(self):
-        readme = (SOURCE / "README.md").read_text()
-        m = re.search(r"<!-- python-example[ :][^>]*-->\s*```python\n(.*?)```", readme, re.S)
-        self.assertIsNotNone(m, "README.md has no python-example block")
+        m = re.search(r"<!-- python-example[ :][^>]*-->\s*```python\n(.*?)```", documentation(), re.S)
+        self.assertIsNotNone(m, "README.md and docs/ have no python-example block")
         redis = harness.start_redis()
         lockd = harness.start_lockd(redis)
         try:

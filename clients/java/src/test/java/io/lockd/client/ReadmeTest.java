@@ -14,13 +14,14 @@ import java.nio.file.Path;
 import java.util.List;
 import java.util.regex.Matcher;
 import java.util.regex.Pattern;
+import java.util.stream.Stream;
 import javax.tools.JavaCompiler;
 import javax.tools.ToolProvider;
 import org.junit.jupiter.api.Test;
 
 /**
- * Compiles and runs the Java example of README.md, as written but for lockd's address, against a
- * lockd on real Redis.
+ * Compiles and runs the Java examples of the documentation (README.md and docs/), as written but
+ * for lockd's address, against a lockd on real Redis.
  */
 class ReadmeTest {
   @Test
@@ -37,12 +38,24 @@ class ReadmeTest {
     assertTrue(text.contains("calling the upstream"), text);
   }
 
-  /** Compiles and runs the README's Java block named block; returns what it printed. */
+  /** README.md and every page of docs/: where the documentation's examples live. */
+  private static String documentation() throws Exception {
+    StringBuilder text =
+        new StringBuilder(Files.readString(Processes.repoRoot().resolve("README.md")));
+    try (Stream<Path> pages = Files.list(Processes.repoRoot().resolve("docs"))) {
+      for (Path page : pages.filter(p -> p.toString().endsWith(".md")).sorted().toList()) {
+        text.append('\n').append(Files.readString(page));
+      }
+    }
+    return text.toString();
+  }
+
+  /** Compiles and runs the documentation's Java block named block; returns what it printed. */
   private String run(String block) throws Exception {
-    String readme = Files.readString(Processes.repoRoot().resolve("README.md"));
     Matcher m =
-        Pattern.compile("(?s)<!-- " + block + "[ :][^>]*-->\\s*```java\\n(.*?)```").matcher(readme);
-    assertTrue(m.find(), "README.md has no " + block + " block");
+        Pattern.compile("(?s)<!-- " + block + "[ :][^>]*-->\\s*```java\\n(.*?)```")
+            .matcher(documentation());
+    assertTrue(m.find(), "README.md and docs/ have no " + block + " block");
     StringBuilder imports = new StringBuilder();
     StringBuilder body = new StringBuilder();
     for (String line : m.group(1).split("\n", -1)) {
