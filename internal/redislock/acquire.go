@@ -152,20 +152,49 @@ func (c *Client) Acquire(ctx context.Context, req Request) (Result, error) {
 }
 
 // waitingTry is tryInTime for a call that waits: a try that failed on
-// Redis (a dropped connection, a restart, a failover), whose outcome it
-// undid, does not end the wait; the call tries again under fresh ids after
-// a pause that grows to maxRecheck, for as long as its wait lasts.
+// Redis (a dropped connection, a restart, a failover) does not end the
+// wait; the call tries again under fresh ids after a pause that grows to
+// maxRecheck, for as long as its wait lasts. The failed try may have been
+// granted unheard: without a RequestID it is undone first (the next try,
+// by the same owner, would re-enter it and answer two holds); with one,
+// the next try claims it.
 func (a *attempt) waitingTry(ctx context.Context, wait time.Duration) (Result, error) {
 	res, err := a.tryInTime(ctx, wait)
 	if err == nil || !transient(err) || ctx.Err() != nil {
 		a.pause = 0
 		return res, err
 	}
+	if a.req.RequestID == "" {
+		if uerr := a.undone(ctx, wait); uerr != nil {
+			return Result{}, err
+		}
+	}
 	if err := a.freshIDs(); err != nil {
 		return Result{}, err
 	}
 	a.pause = min(max(2*a.pause, retryPause), a.c.maxRecheck)
 	return Result{RetryAfter: a.pause}, nil
+}
+
+// undone undoes what the failed try of this attempt may have done (its
+// hold and its place), trying until the undo lands or wait passes.
+func (a *attempt) undone(ctx context.Context, wait time.Duration) error {
+	deadline := time.Now().Add(wait)
+	backoff := undoBackoff
+	for {
+		tctx, cancel := context.WithTimeout(ctx, min(undoTry, max(time.Until(deadline), time.Millisecond)))
+		err := a.abandon(tctx, true)
+		cancel()
+		if err == nil || ctx.Err() != nil || !time.Now().Add(backoff).Before(deadline) {
+			return err
+		}
+		select {
+		case <-time.After(backoff):
+		case <-ctx.Done():
+			return ctx.Err()
+		}
+		backoff = min(2*backoff, undoMaxBackoff)
+	}
 }
 
 // Where a queued call stands, as the busy answer tells it.

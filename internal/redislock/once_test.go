@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -154,5 +155,64 @@ func TestRetriedReleaseReplaysItsResult(t *testing.T) {
 		if _, err := c.Release(ctx, req.Key, l.ID, "rel-z"); !errors.Is(err, redislock.ErrNotHeld) {
 			t.Fatalf("a new release of the ended lease = %v, want ErrNotHeld", err)
 		}
+	}
+}
+
+// lostReply is a go-redis hook that runs the first acquire script of owner
+// in Redis but tells the caller its reply was lost, as a connection reset
+// after the script ran would; and holds back every undo (abandon.lua) by
+// undoDelay, so that an undo sent in the background lands after whatever
+// its caller does next.
+type lostReply struct {
+	*lateSends
+	owner string
+	n     atomic.Int32
+}
+
+func (*lostReply) DialHook(next redis.DialHook) redis.DialHook { return next }
+
+func (*lostReply) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.ProcessPipelineHook {
+	return next
+}
+
+func (l *lostReply) ProcessHook(next redis.ProcessHook) redis.ProcessHook {
+	return func(ctx context.Context, cmd redis.Cmder) error {
+		if (cmd.Name() == "evalsha" || cmd.Name() == "eval") && len(cmd.Args()) > 1 {
+			if script, _ := cmd.Args()[1].(string); script == l.undoSHA || script == l.undo {
+				time.Sleep(l.undoDelay)
+			}
+		}
+		err := next(ctx, cmd)
+		if (&lateReplies{owner: l.owner}).carriesOwner(cmd) && l.n.Add(-1) >= 0 {
+			err = errors.New("read: connection reset by peer")
+			cmd.SetErr(err)
+		}
+		return err
+	}
+}
+
+// TestAWaitingAcquireNeverAnswersTwoHolds: a waiting Acquire without a
+// request id whose first try was granted with the reply lost goes on
+// waiting; its next try must not re-enter that unheard grant (the same
+// owner) and answer two holds for one call: the grant is undone first.
+func TestAWaitingAcquireNeverAnswersTwoHolds(t *testing.T) {
+	t.Parallel()
+	rdb := redistest.Start(t).Client(t)
+	lost := &lostReply{owner: "once", lateSends: newLateSends(t, "nobody", 0, 500*time.Millisecond)}
+	rdb.AddHook(lost)
+	c := newClient(t, rdb, redislock.Options{})
+	ctx := ctxT(t, 30*time.Second)
+	warmUp(t, c, rdb) // the scripts cached: the first try sent is the one run
+	lost.n.Store(1)
+	res, err := c.Acquire(ctx, redislock.Request{Key: "once/waiting", Mode: redislock.Write, Owner: "once", TTL: time.Minute, Wait: 10 * time.Second})
+	if err != nil || !res.Acquired {
+		t.Fatalf("the waiting call = %+v, %v", res, err)
+	}
+	if res.Lease.HoldCount != 1 {
+		t.Fatalf("one Acquire answered %d holds", res.Lease.HoldCount)
+	}
+	info, err := c.Describe(ctx, "once/waiting")
+	if err != nil || len(info.Holders) != 1 || info.Holders[0].HoldCount != 1 {
+		t.Fatalf("the key after one Acquire: %+v, %v", info.Holders, err)
 	}
 }
