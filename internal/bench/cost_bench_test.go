@@ -33,6 +33,9 @@ func startLockdOnRedis(b *testing.B) *lockdOnRedis {
 	b.Helper()
 	rs := redistest.Start(b)
 	p := lockdtest.Start(b, lockdtest.Options{Args: []string{"--redis=" + rs.Addr()}})
+	pin(b, rs.Pid(), redisCores)
+	pin(b, p.Cmd.Process.Pid, serverCores)
+	pin(b, 0, loadCores)
 	return &lockdOnRedis{
 		rdb:    rs.Client(b),
 		client: lockdv1.NewLockServiceClient(p.Dial(b)),

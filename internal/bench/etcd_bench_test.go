@@ -47,6 +47,10 @@ func startVersus(b *testing.B) *versus {
 	et := etcdtest.Start(b)
 	v := &versus{etcdDataDir: et.DataDir()}
 	p := lockdtest.Start(b, lockdtest.Options{Args: []string{"--redis=" + rs.Addr()}})
+	pin(b, rs.Pid(), redisCores)
+	pin(b, p.Cmd.Process.Pid, serverCores)
+	pin(b, et.Pid(), serverCores)
+	pin(b, 0, loadCores)
 	conn := p.Dial(b)
 	v.lockd = lockdService{t: lockTarget{client: lockdv1.NewLockServiceClient(conn)}, health: healthpb.NewHealthClient(conn)}
 	v.lockdMeters = []meter{pidMeter("lockd", p.Cmd.Process.Pid), pidMeter("redis", rs.Pid()), selfMeter("lockd-client")}
@@ -88,7 +92,7 @@ func startVersus(b *testing.B) *versus {
 func BenchmarkVersusEtcd(b *testing.B) {
 	v := startVersus(b)
 	b.Logf("etcd data directory: %s", v.etcdDataDir)
-	for _, conc := range []int{1, 16, 64} {
+	for _, conc := range []int{1, 16, 64, 256} {
 		b.Run(fmt.Sprintf("op=uncontended/conc=%d", conc), func(b *testing.B) {
 			defer fixedShape(b)()
 			lp := &workload{name: "lockd", run: pairs(b, v.lockd, conc, "versus/"), meters: v.lockdMeters}

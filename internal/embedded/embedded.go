@@ -27,10 +27,15 @@
 // monotonic time elapsed since, so it follows real time but never goes back,
 // not even when the host's wall clock is stepped. It moves in steps of
 // tickInterval and lags the host's clock by up to a step (more while the
-// process is starved of CPU): two TIME calls within a step return the same
-// value, and measured by the host's clock a key lives its TTL give or take a
-// step. PTTL truncates to whole milliseconds, so right after PEXPIREAT it may
-// read 1 ms lower than on Redis.
+// process is starved of CPU), and measured by the host's clock a key lives
+// its TTL give or take a step. Within a step TIME still moves on: the Store
+// answers it itself (a server pre-hook, which scripts' redis.call('TIME')
+// goes through too), a microsecond past its last answer, so no two answers
+// are alike, as on Redis; the lock engine's fencing tokens are TIME in
+// microseconds. The answers run ahead of the expiry clock by a microsecond
+// per TIME in the step at most, and the next step starts from the later of
+// the two. PTTL truncates to whole milliseconds, so right after PEXPIREAT it
+// may read 1 ms lower than on Redis.
 //
 // Cost: applying a step to the TTLs walks (and sorts) all keys, as
 // FastForward does: about 10 ms for 100,000 keys. The clock goroutine applies
@@ -82,11 +87,13 @@ package embedded
 import (
 	"context"
 	"net"
+	"strconv"
 	"sync"
 	"sync/atomic"
 	"time"
 
 	"github.com/alicebob/miniredis/v2"
+	"github.com/alicebob/miniredis/v2/server"
 )
 
 const (
@@ -110,6 +117,7 @@ type Store struct {
 	done      chan struct{} // closed when the clock goroutine has returned
 	closeOnce sync.Once
 	step      atomic.Int64 // the clock's current step, a time.Duration
+	told      atomic.Int64 // microseconds: the clock as set, or the last TIME answered if later
 }
 
 // Start starts a Store listening on a random port of 127.0.0.1, without a
@@ -141,8 +149,41 @@ func start(serve func(*miniredis.Miniredis) error) (*Store, error) {
 		return nil, err
 	}
 	s := &Store{mr: mr, stop: make(chan struct{}), done: make(chan struct{})}
+	s.set(now())
+	mr.Server().SetPreHook(s.time)
 	go s.tick(now)
 	return s, nil
+}
+
+// set moves miniredis's clock to t, or to the last TIME answered if that
+// is later, and only then has TIME answer from there: SetTime waits for a
+// script that runs, so no TIME inside a script moves on by a whole step.
+func (s *Store) set(t time.Time) {
+	us := max(t.UnixMicro(), s.told.Load())
+	s.mr.SetTime(time.UnixMicro(us))
+	for {
+		last := s.told.Load()
+		if last >= us || s.told.CompareAndSwap(last, us) {
+			return
+		}
+	}
+}
+
+// time answers TIME, also inside scripts, from the clock set last but a
+// microsecond past every earlier answer, so that no two answers are alike
+// however fast they come: the lock engine's fencing tokens are Redis's
+// clock in microseconds. Within a step the answers run ahead of the
+// store's clock by a microsecond per TIME at most. Every other command is
+// left to miniredis.
+func (s *Store) time(c *server.Peer, cmd string, args ...string) bool {
+	if cmd != "TIME" || len(args) != 0 {
+		return false
+	}
+	us := s.told.Add(1)
+	c.WriteLen(2)
+	c.WriteBulk(strconv.FormatInt(us/1_000_000, 10))
+	c.WriteBulk(strconv.FormatInt(us%1_000_000, 10))
+	return true
 }
 
 // Addr returns the address clients connect to, "127.0.0.1:port"; empty for
@@ -193,7 +234,7 @@ func (s *Store) tick(now func() time.Time) {
 		case <-t.C:
 		}
 		start := time.Now()
-		s.mr.SetTime(now())
+		s.set(now())
 		s.mr.DB(0) // with ClockTTL, any database access applies the step
 		step = min(max(tickInterval, tickCostFactor*time.Since(start)), maxTickInterval)
 		s.step.Store(int64(step))

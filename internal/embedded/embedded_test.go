@@ -99,14 +99,17 @@ func TestPTTLCountsDownWithTIME(t *testing.T) {
 	if err != nil {
 		t.Fatalf("set script: %v", err)
 	}
+	calls := int64(1)
 	eventually(t, 5*time.Second, "PTTL down to 900ms", func() bool {
 		r, err := read.Run(ctx, c, []string{"k"}).Int64Slice()
 		if err != nil {
 			t.Fatalf("read script: %v", err)
 		}
+		calls++
 		fallen, elapsed := (1000-r[0])*1000, r[1]-t0 // µs
-		// PTTL truncates to whole milliseconds.
-		if fallen < elapsed || fallen > elapsed+1000 {
+		// PTTL truncates to whole milliseconds; TIME runs ahead of the
+		// expiry clock by a microsecond a call at most.
+		if fallen+calls < elapsed || fallen > elapsed+1000 {
 			t.Fatalf("PTTL fell by %dµs while TIME moved %dµs", fallen, elapsed)
 		}
 		return r[0] <= 900
@@ -192,14 +195,18 @@ func TestTimeAndExpiryAgreeInsideScripts(t *testing.T) {
 		t.Fatalf("set script: %v", err)
 	}
 	sawBefore := false
+	calls := int64(1)
 	eventually(t, 5*time.Second, "key expired", func() bool {
 		r, err := check.Run(ctx, c, []string{"k"}).Int64Slice()
 		if err != nil {
 			t.Fatalf("check script: %v", err)
 		}
+		calls++
 		elapsed, exists := r[0]-t0, r[1] == 1
-		// TIME truncates to microseconds: allow 1µs at the boundary.
-		if exists != (elapsed < 50_000) && (elapsed < 49_999 || elapsed > 50_001) {
+		// TIME truncates to microseconds, and runs ahead of the expiry
+		// clock by a microsecond a call at most: allow that at the
+		// boundary.
+		if exists != (elapsed < 50_000) && (elapsed < 49_999 || elapsed > 50_001+calls) {
 			t.Fatalf("%dµs after SET PX 50: EXISTS = %v", elapsed, exists)
 		}
 		sawBefore = sawBefore || exists
@@ -300,5 +307,37 @@ func TestScriptRunFallsBackToEvalOnNOSCRIPT(t *testing.T) {
 				t.Fatalf("error_reply came back as redis.Nil")
 			}
 		})
+	}
+}
+
+// TestTimeNeverAnswersTheSameTwice asks TIME many times in a row, in
+// scripts and outside them, faster than the store's clock steps: every
+// answer is later than the one before, as on Redis, so fencing tokens made
+// of it rise.
+func TestTimeNeverAnswersTheSameTwice(t *testing.T) {
+	t.Parallel()
+	c := newClient(t, startStore(t).Addr())
+	ctx := context.Background()
+	script := redis.NewScript(`local t = redis.call('TIME'); return t[1] * 1000000 + t[2]`)
+	var last int64
+	for i := range 2000 {
+		var us int64
+		if i%2 == 0 {
+			v, err := script.Run(ctx, c, nil).Int64()
+			if err != nil {
+				t.Fatal(err)
+			}
+			us = v
+		} else {
+			now, err := c.Time(ctx).Result()
+			if err != nil {
+				t.Fatal(err)
+			}
+			us = now.UnixMicro()
+		}
+		if us <= last {
+			t.Fatalf("TIME answered %d after %d", us, last)
+		}
+		last = us
 	}
 }

@@ -70,6 +70,7 @@ type Result struct {
 	// lockmodel.go): grants, releases with their hold counts, renewals,
 	// force-releases, per key.
 	LockLinearizable porcupine.CheckResult
+	lockInfo         porcupine.LinearizationInfo
 
 	// LossReports counts losses lockd reported to a holder; LeadTimes are,
 	// for each reported loss followed by another grant of the key, how long
@@ -241,7 +242,7 @@ func Check(events []Event, fenced map[string][]FencedWrite, overlaps []Overlap, 
 	for _, w := range windows {
 		modelled = append(modelled, Event{Op: OpDataLoss, Client: -1, Call: w.From, Return: w.To})
 	}
-	r.LockLinearizable = checkLockModel(modelled)
+	r.LockLinearizable, r.lockInfo = checkLockModelVerbose(modelled)
 	return r
 }
 

@@ -10,6 +10,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/anishathalye/porcupine"
+
 	"github.com/redis/go-redis/v9"
 
 	lockdv1 "github.com/lockd/lockd/gen/lockd/v1"
@@ -178,6 +180,12 @@ func (s scenario) run(t *testing.T) *Result {
 	res := run.Check(windows...)
 	res.Extra = append(res.Extra, extra...)
 	writeHistory(t, run, len(res.Violations()) > 0)
+	if res.LockLinearizable == porcupine.Illegal {
+		path := filepath.Join(os.TempDir(), "lockd-faults-"+strings.NewReplacer("/", "_", " ", "_").Replace(t.Name())+".html")
+		if err := res.VisualizeLock(path); err == nil {
+			t.Logf("the lock model's check drawn in %s", path)
+		}
+	}
 	report.Add(s.name, s.fault, res, s.control)
 	t.Logf("%s: %d holds, %d calls (%d failed), %d overlaps (%d stale, %d in data-loss windows), %d stale writes rejected, %d loss reports, lead %s, fenced %s, tokens %s, lock %s",
 		s.name, res.Holds, res.Calls, res.FailedCalls, res.Overlaps, res.StaleOverlaps, res.WindowOverlaps,

@@ -268,7 +268,21 @@ func lockOperations(events []Event) []porcupine.Operation {
 
 // checkLockModel checks the history against the lock model.
 func checkLockModel(events []Event) porcupine.CheckResult {
-	return porcupine.CheckOperationsTimeout(lockModel, lockOperations(events), porcupineTimeout)
+	res, _ := checkLockModelVerbose(events)
+	return res
+}
+
+// checkLockModelVerbose is checkLockModel with what porcupine found, for
+// VisualizeLock.
+func checkLockModelVerbose(events []Event) (porcupine.CheckResult, porcupine.LinearizationInfo) {
+	return porcupine.CheckOperationsVerbose(lockModel, lockOperations(events), porcupineTimeout)
+}
+
+// VisualizeLock writes porcupine's picture of the lock model's check
+// (HTML: the operations of each key on a time line, and where no order of
+// them fits the model), for reading what happened around a violation.
+func (r *Result) VisualizeLock(path string) error {
+	return porcupine.VisualizePath(lockModel, r.lockInfo, path)
 }
 
 // LostData records that the fault a scenario injected from from until now

@@ -14,10 +14,28 @@ import (
 	"github.com/lockd/lockd/client"
 )
 
-// Expiry reads when lease id of key expires from the lock's Redis hash
-// (the layout is in internal/redislock/common.lua; namespace "lockd").
+// Expiry reads when lease id of key expires from the lock's Redis record
+// (the layout is in internal/redislock/common.lua; namespace "lockd"): the
+// key's own expiry while a lone lease keeps it as a string, else the
+// lease's field of the hash.
 func Expiry(ctx context.Context, rdb redis.Cmdable, key, id string) (time.Time, error) {
-	v, err := rdb.HGet(ctx, "lockd:{"+key+"}", "x:"+id).Result()
+	record := "lockd:{" + key + "}"
+	kind, err := rdb.Type(ctx, record).Result()
+	if err != nil {
+		return time.Time{}, err
+	}
+	if kind == "string" {
+		v, err := rdb.Get(ctx, record).Result()
+		if err != nil {
+			return time.Time{}, err
+		}
+		if f := strings.Split(v, "|"); len(f) < 4 || f[3] != id {
+			return time.Time{}, redis.Nil
+		}
+		at, err := rdb.PExpireTime(ctx, record).Result()
+		return time.UnixMilli(at.Milliseconds()), err
+	}
+	v, err := rdb.HGet(ctx, record, "x:"+id).Result()
 	if err != nil {
 		return time.Time{}, err
 	}

@@ -32,6 +32,16 @@ if undo_hold == '1' then
   local l = id and get_lease(id)
   if l and has_attempt(l, attempt) then
     remove_attempt(l, attempt)
+    if request ~= '' then
+      if redis.call('HDEL', rec, 'ra:' .. request) == 1 then
+        h.nr = h.nr - 1
+      end
+      local list = {}
+      for r in string.gmatch(l.remembered, '[^,]+') do
+        if r ~= request then table.insert(list, r) end
+      end
+      l.remembered = table.concat(list, ',')
+    end
     l.count = l.count - 1
     if l.count > 0 then
       put_lease(id, l)
@@ -40,9 +50,6 @@ if undo_hold == '1' then
       if l.mode ~= 'r' or h.nl == 0 then wake = true end
     end
     undone = 1
-    if request ~= '' and redis.call('HDEL', rec, 'ra:' .. request) == 1 then
-      h.nr = h.nr - 1
-    end
   end
 end
 

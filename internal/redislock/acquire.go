@@ -4,7 +4,12 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"strconv"
+	"strings"
 	"time"
+	"unicode"
+
+	"github.com/redis/go-redis/v9"
 )
 
 // Acquire asks for a hold on req.Key in req.Mode, waiting up to req.Wait
@@ -38,7 +43,9 @@ func (c *Client) Acquire(ctx context.Context, req Request) (Result, error) {
 		req.Owner = "lockd-" + newID()
 	}
 	a := &attempt{c: c, ks: c.keys(req.Key), req: req, ownerGiven: ownerGiven, start: time.Now()}
-	a.freshIDs()
+	if err := a.freshIDs(); err != nil {
+		return Result{}, err
+	}
 
 	if req.Wait <= 0 {
 		res, err := a.tryInTime(ctx, 0)
@@ -60,7 +67,7 @@ func (c *Client) Acquire(ctx context.Context, req Request) (Result, error) {
 			done()
 		}
 	}()
-	res, err := a.tryInTime(ctx, time.Until(deadline))
+	res, err := a.waitingTry(ctx, time.Until(deadline))
 	if err != nil || res.Acquired {
 		return a.finish(ctx, res, err)
 	}
@@ -103,18 +110,30 @@ func (c *Client) Acquire(ctx context.Context, req Request) (Result, error) {
 		}
 		// Re-check after subscribing, and after every wake-up.
 		if recheck {
-			res, err = a.tryInTime(ctx, left)
+			res, err = a.waitingTry(ctx, left)
 			if err != nil || res.Acquired {
 				return a.finish(ctx, res, err)
 			}
 		}
 		recheck = true
 		next := min(time.Until(deadline), c.maxRecheck)
-		if !res.behind {
+		switch res.place {
+		case placeHead:
 			// The head of the queue (or a reader) re-checks when the
-			// holders' leases run out; those behind it are woken in turn.
+			// holders' leases run out; a queued head also often enough
+			// to keep its place, which lasts a moment only, so that a
+			// head that died holds nobody up for long.
 			next = min(next, res.RetryAfter)
+			if a.queued {
+				next = min(next, headRefresh)
+			}
+		case placeNext:
+			// The one next in line re-checks when the head's place would
+			// run out: a head that died is passed over then.
+			next = min(next, res.headLeft+time.Millisecond)
 		}
+		// Those further behind are woken in turn, and re-check only as a
+		// fallback.
 		timer.Reset(next)
 		select {
 		case <-wake:
@@ -132,6 +151,79 @@ func (c *Client) Acquire(ctx context.Context, req Request) (Result, error) {
 	return a.finish(ctx, res, nil)
 }
 
+// waitingTry is tryInTime for a call that waits: a try that failed on
+// Redis (a dropped connection, a restart, a failover) does not end the
+// wait; the call tries again under fresh ids after a pause that grows to
+// maxRecheck, for as long as its wait lasts. The failed try may have been
+// granted unheard: without a RequestID it is undone first (the next try,
+// by the same owner, would re-enter it and answer two holds); with one,
+// the next try claims it.
+func (a *attempt) waitingTry(ctx context.Context, wait time.Duration) (Result, error) {
+	res, err := a.tryInTime(ctx, wait)
+	if err == nil || !transient(err) || ctx.Err() != nil {
+		a.pause = 0
+		return res, err
+	}
+	if a.req.RequestID == "" {
+		if uerr := a.undone(ctx, wait); uerr != nil {
+			return Result{}, err
+		}
+	}
+	if err := a.freshIDs(); err != nil {
+		return Result{}, err
+	}
+	a.pause = min(max(2*a.pause, retryPause), a.c.maxRecheck)
+	return Result{RetryAfter: a.pause}, nil
+}
+
+// undone undoes what the failed try of this attempt may have done (its
+// hold and its place), trying until the undo lands or wait passes.
+func (a *attempt) undone(ctx context.Context, wait time.Duration) error {
+	deadline := time.Now().Add(wait)
+	backoff := undoBackoff
+	for {
+		tctx, cancel := context.WithTimeout(ctx, min(undoTry, max(time.Until(deadline), time.Millisecond)))
+		err := a.abandon(tctx, true)
+		cancel()
+		if err == nil || ctx.Err() != nil || !time.Now().Add(backoff).Before(deadline) {
+			return err
+		}
+		select {
+		case <-time.After(backoff):
+		case <-ctx.Done():
+			return ctx.Err()
+		}
+		backoff = min(2*backoff, undoMaxBackoff)
+	}
+}
+
+// Where a queued call stands, as the busy answer tells it.
+const (
+	placeHead   = 0 // the head of the queue, or not queued
+	placeBehind = 1 // behind others
+	placeNext   = 2 // next in line after the head
+)
+
+// headRefresh is how often the head of the queue tries again to keep its
+// place, which lasts 1.2s without a try (HEAD_MS in common.lua).
+const headRefresh = 300 * time.Millisecond
+
+// retryPause is the first pause of a waiting call after a try failed on
+// Redis.
+const retryPause = 50 * time.Millisecond
+
+// transient reports whether err is Redis failing a try rather than the
+// engine refusing the request.
+func transient(err error) bool {
+	for _, refusal := range []error{ErrUpgrade, ErrKeyInUse, ErrLimitMismatch, ErrInvalidKey, ErrInvalidTTL,
+		ErrInvalidMode, ErrInvalidLimit, ErrInvalidLeaseID, ErrClosed, redis.ErrClosed, context.Canceled, context.DeadlineExceeded} {
+		if errors.Is(err, refusal) {
+			return false
+		}
+	}
+	return true
+}
+
 // attempt is one Acquire call. Its id tags the hold it may add and its
 // place in the queue; its lease id names the lease if a new one is
 // granted.
@@ -143,17 +235,31 @@ type attempt struct {
 	leaseID    string
 	id         string
 	start      time.Time
-	queued     bool // a try may have queued it (a writer or a permit waiter)
-	replayed   bool // the grant is a retried request_id's first result
+	queued     bool          // a try may have queued it (a writer or a permit waiter)
+	replayed   bool          // the grant is a retried request_id's first result
+	pause      time.Duration // the last pause after a try failed on Redis
 }
 
 // freshIDs gives the attempt a new attempt id and lease id.
-func (a *attempt) freshIDs() {
+func (a *attempt) freshIDs() error {
 	a.id = newAttemptID()
 	a.leaseID = newID()
 	if a.req.NewLeaseID != nil {
 		a.leaseID = a.req.NewLeaseID()
+		if err := validLeaseID(a.leaseID); err != nil {
+			return err
+		}
 	}
+	return nil
+}
+
+// validLeaseID checks an id made by Request.NewLeaseID: the lock record
+// keeps a lone lease in a '|'-separated string (common.lua).
+func validLeaseID(id string) error {
+	if id == "" || len(id) > 128 || strings.ContainsFunc(id, func(r rune) bool { return r == '|' || unicode.IsControl(r) }) {
+		return fmt.Errorf("%w: want 1 to 128 bytes without '|' or control characters, got %q", ErrInvalidLeaseID, id)
+	}
+	return nil
 }
 
 // tryInTime is try, but a grant whose reply came after its lease may have
@@ -185,7 +291,9 @@ func (a *attempt) tryInTime(ctx context.Context, wait time.Duration) (Result, er
 			late.undo(true)
 		}
 		a.replayed = false
-		a.freshIDs()
+		if err := a.freshIDs(); err != nil {
+			return Result{}, err
+		}
 		if !claimable || tries > 1 {
 			return Result{}, nil
 		}
@@ -207,18 +315,42 @@ func (a *attempt) try(ctx context.Context, wait time.Duration) (Result, error) {
 	if waitMs > 0 && a.req.Mode != Read {
 		a.queued = true
 	}
-	script, args := acquireScript, []any{a.req.Mode.arg(), a.req.Owner, a.leaseID, a.req.TTL.Milliseconds(), waitMs, a.id, given,
-		a.req.RequestID, a.c.lossGrace.Milliseconds(), a.ks.channel, a.c.publish}
+	request := requestKey(a.req.RequestID)
+	script, args := acquireScript, []any{a.req.Mode.arg() + given, a.req.Owner, a.leaseID, a.req.TTL.Milliseconds(), a.id, request,
+		strconv.FormatInt(waitMs, 10) + "|" + strconv.FormatInt(a.c.lossGrace.Milliseconds(), 10) + "|" + a.c.publish}
 	if a.req.Mode == Permit {
 		script, args = semaphoreAcquireScript, []any{a.req.Limit, a.req.Owner, a.leaseID, a.req.TTL.Milliseconds(), a.id, given,
-			a.req.RequestID, a.c.lossGrace.Milliseconds(), waitMs, a.ks.channel, a.c.publish}
+			request, a.c.lossGrace.Milliseconds(), waitMs, a.ks.channel, a.c.publish}
 	}
 	sent := time.Now()
-	reply, err := a.c.run(ctx, script, a.ks, a.ks.scriptKeys(true), args...)
-	if errors.Is(err, ErrNotReplicated) && (status(reply) == 1) {
+	raw, err := a.c.runRaw(ctx, script, a.ks, a.ks.scriptKeys(true), args...)
+	if token, ok := raw.(string); ok && err == nil {
+		// The fast path's answer: a fresh lease as asked, held once from
+		// the token's instant.
+		l, perr := a.freshLease(token)
+		if perr != nil {
+			return Result{}, perr
+		}
+		a.queued = false
+		a.replayed = false
+		l.sent = sent
+		return Result{Acquired: true, Lease: l}, nil
+	}
+	reply, _ := raw.([]any)
+	if errors.Is(err, ErrNotReplicated) {
+		if _, ok := raw.(string); ok {
+			reply = []any{int64(1)}
+		}
+	}
+	if errors.Is(err, ErrNotReplicated) && (status(reply) == 1 || status(reply) == 2) {
 		// Granted on the master but not confirmed by its replicas: a
-		// failover could lose it, so give it back.
-		a.undo(true)
+		// failover could lose it. Without a request id it is given back.
+		// With one it is the request's first result, kept for its retry,
+		// which is handed it only once the replicas confirm it: undoing
+		// it could take it from under that retry.
+		if a.req.RequestID == "" && status(reply) == 1 {
+			a.undo(true)
+		}
 		return Result{}, err
 	}
 	if err != nil && !errors.Is(err, ErrNotReplicated) {
@@ -227,7 +359,7 @@ func (a *attempt) try(ctx context.Context, wait time.Duration) (Result, error) {
 		a.undo(a.req.RequestID == "")
 		return Result{}, err
 	}
-	a.c.noteHold(a.ks, reply)
+	a.c.notePause(a.ks, reply)
 	switch status(reply) {
 	case 1, 2:
 		l, err := parseLease(a.req.Key, reply)
@@ -240,7 +372,7 @@ func (a *attempt) try(ctx context.Context, wait time.Duration) (Result, error) {
 		return Result{Acquired: true, Lease: l, Available: int(intAt(reply, 10))}, nil
 	case 0:
 		return Result{RetryAfter: time.Duration(intAt(reply, 3)) * time.Millisecond, Holder: strAt(reply, 4), Available: int(intAt(reply, 5)),
-			behind: intAt(reply, 6) == 1}, nil
+			place: int(intAt(reply, 6)), headLeft: time.Duration(intAt(reply, 7)) * time.Millisecond}, nil
 	case -4:
 		if a.req.Mode == Permit {
 			return Result{}, fmt.Errorf("%w: key %q is held as a lock", ErrKeyInUse, a.req.Key)
@@ -252,6 +384,29 @@ func (a *attempt) try(ctx context.Context, wait time.Duration) (Result, error) {
 		return Result{}, fmt.Errorf("%w: key %q", ErrUpgrade, a.req.Key)
 	}
 	return Result{}, fmt.Errorf("redislock: unexpected acquire reply %v", reply)
+}
+
+// freshLease is the lease the fast path granted: the one asked for, held
+// once from Redis's clock at the grant, which is its fencing token (in
+// microseconds).
+func (a *attempt) freshLease(reply string) (Lease, error) {
+	n, err := strconv.ParseUint(reply, 10, 64)
+	if err != nil {
+		return Lease{}, fmt.Errorf("redislock: unexpected acquire reply %q", reply)
+	}
+	now := int64(n / 1000)
+	return Lease{
+		Key:          a.req.Key,
+		ID:           a.leaseID,
+		Owner:        a.req.Owner,
+		Mode:         a.req.Mode,
+		FencingToken: n,
+		TTL:          a.req.TTL.Truncate(time.Millisecond),
+		ExpireTime:   time.UnixMilli(now + a.req.TTL.Milliseconds()),
+		HoldCount:    1,
+		remaining:    a.req.TTL.Truncate(time.Millisecond),
+		now:          now,
+	}, nil
 }
 
 // finish reports the outcome, and undoes a hold granted to a caller that
@@ -296,7 +451,8 @@ func (a *attempt) unwait() {
 	if a.abandon(ctx, false) == nil {
 		return
 	}
-	a.c.cleanUp(func(ctx context.Context) error { return a.abandon(ctx, false) }, time.Now().Add(3*a.c.maxRecheck))
+	gone := *a // the ids as they are now: the attempt may go on under fresh ones
+	a.c.cleanUp(func(ctx context.Context) error { return gone.abandon(ctx, false) }, time.Now().Add(3*a.c.maxRecheck))
 }
 
 // undo takes back, in the background, what this attempt may have done
@@ -316,7 +472,8 @@ func (a *attempt) undo(undoHold bool) {
 			until = q
 		}
 	}
-	a.c.cleanUp(func(ctx context.Context) error { return a.abandon(ctx, undoHold) }, until)
+	gone := *a // the ids as they are now: the attempt may go on under fresh ones
+	a.c.cleanUp(func(ctx context.Context) error { return gone.abandon(ctx, undoHold) }, until)
 }
 
 // abandon runs abandon.lua once for this attempt.
@@ -326,7 +483,7 @@ func (a *attempt) abandon(ctx context.Context, undoHold bool) error {
 		hold = "1"
 	}
 	return abandonScript.Run(ctx, a.c.rdb, a.ks.scriptKeys(false),
-		a.id, a.req.Mode.arg(), a.req.Owner, hold, a.ks.channel, a.c.publish, a.req.RequestID).Err()
+		a.id, a.req.Mode.arg(), a.req.Owner, hold, a.ks.channel, a.c.publish, requestKey(a.req.RequestID)).Err()
 }
 
 const (

@@ -2,38 +2,66 @@
 --
 -- KEYS[1] the lock's record (see common.lua)
 -- KEYS[2] optional data-loss marker of its slot
--- ARGV[1] mode: 'r' or 'w'
+-- ARGV[1] mode, 'r' or 'w', then '1' when the caller named the owner or '0'
+--         when lockd made one up: 'w1', 'r0', ...
 -- ARGV[2] owner
 -- ARGV[3] lease_id to use if a new lease is granted
 -- ARGV[4] ttl_ms
--- ARGV[5] wait_ms: 0 tries once; otherwise a write request that is refused
---         takes (or keeps) a place in the queue until now + wait_ms
--- ARGV[6] attempt id of this Acquire call: its place in the queue, and the
+-- ARGV[5] attempt id of this Acquire call: its place in the queue, and the
 --         tag of the hold it adds, so that hold can be undone
--- ARGV[7] '1' when the caller named the owner, '0' when lockd made one up
--- ARGV[8] request_id, or '' for none
--- ARGV[9] grace_ms: how long new grants wait after Redis lost its data
--- ARGV[10] channel that wakes waiters
--- ARGV[11] publish command: PUBLISH or SPUBLISH
--- Every reply starts {status, now_ms, hold_until_ms}; hold_until is when
--- grants held back after a data loss resume (0 or past: none). Then:
---   granted:  {1, now, hold, lease_id, mode, hold_count, fencing_token, ttl_ms, expire_ms, owner}
+-- ARGV[6] request (a digest of the request_id), or '' for none
+-- ARGV[7] "<wait_ms>|<grace_ms>|<publish command>": wait_ms 0 tries once;
+--         otherwise a write request that is refused takes (or keeps) a
+--         place in the queue until now + wait_ms; grace_ms is how long new
+--         grants wait after Redis lost its data; PUBLISH or SPUBLISH wakes
+--         waiters on <record>:released
+-- The fast path answers a fresh lease on a free key with its fencing token
+-- alone (a string), Redis's clock in microseconds at the grant: the lease
+-- is the one asked for, held once, for ttl from that instant. Every other
+-- reply starts {status, now_ms,
+-- paused_until_ms}; paused_until is when grants held back after a data loss
+-- resume (0 or past: none). Then:
+--   granted:  {1, now, paused, lease_id, mode, hold_count, fencing_token, ttl_ms, expire_ms, owner}
 --   replayed: {2, ...} the same fields, from a retried request_id's first result
---   busy:     {0, now, hold, retry_after_ms, holder, 0, behind}; holder is
---             the owner of a lease holding the key ('' when none, as when
---             the key is free but others are queued ahead); behind is 1
---             when the caller is queued behind others: it is woken when
---             its turn comes, so it need not re-check at the holders'
---             expiry
---   upgrade:  {-2, now, hold} an owner holding only a read lease asked for write
---   in use:   {-4, now, hold} the key's permits are held (it is a semaphore)
+--   busy:     {0, now, paused, retry_after_ms, holder, 0, behind, head_left};
+--             holder is the owner of a lease holding the key ('' when
+--             none, as when the key is free but others are queued ahead);
+--             behind is 0 for the head of the queue (or a caller not
+--             queued), 1 when the caller is queued behind others (it is
+--             woken when its turn comes, so it need not re-check at the
+--             holders' expiry), 2 when it is next in line: it re-checks
+--             when the head's place would run out (head_left ms), in case
+--             the head died
+--   upgrade:  {-2, now, paused} an owner holding only a read lease asked for write
+--   in use:   {-4, now, paused} the key's permits are held (it is a semaphore)
 
-local mode, owner, new_id = ARGV[1], ARGV[2], ARGV[3]
-local ttl, wait_ms, attempt = tonumber(ARGV[4]), tonumber(ARGV[5]), ARGV[6]
-local given, request, grace = ARGV[7], ARGV[8], tonumber(ARGV[9])
-local channel, publish_cmd = ARGV[10], ARGV[11]
+-- The fast path: a key that does not exist (nobody holds it, nobody waits
+-- for it), with no grant held back by a data loss (its slot's marker
+-- reads '0'), becomes a lone lease in one SET NX PX: a GET, TIME and the
+-- SET, and no Lua worth the name. The key's expiry is the lease's, and its
+-- fencing token is Redis's clock in microseconds, past every token given
+-- before. Anything else falls through to the full script below.
+do
+  if not KEYS[2] or redis.call('GET', KEYS[2]) == '0' then
+    local t = redis.call('TIME')
+    local token = t[1] .. string.rep('0', 6 - #t[2]) .. t[2]
+    if redis.call('SET', KEYS[1], ARGV[1] .. '|' .. token .. '|' .. ARGV[4] .. '|' .. ARGV[3] .. '|' .. ARGV[5] .. '|' ..
+        ARGV[6] .. '||' .. ARGV[2], 'NX', 'PX', ARGV[4]) then
+      return token
+    end
+  end
+end
 
-local hold = check_marker(grace)
+--[[common]]
+
+local mode, given = string.sub(ARGV[1], 1, 1), string.sub(ARGV[1], 2, 2)
+local owner, new_id, ttl, attempt, request = ARGV[2], ARGV[3], tonumber(ARGV[4]), ARGV[5], ARGV[6]
+local wait_ms, grace, publish_cmd = string.match(ARGV[7], '^(%d+)|(%d+)|(%a+)$')
+wait_ms, grace = tonumber(wait_ms), tonumber(grace)
+local channel = rec .. ':released'
+waker_channel, waker_cmd = channel, publish_cmd
+
+local paused = check_marker(grace)
 begin()
 
 -- remaining is how long a lease still runs, at least 1ms.
@@ -46,15 +74,15 @@ end
 -- field-value pairs to write with the lease.
 local function granted(id, l, extra)
   add_attempt(l, attempt)
+  remember(request, given, id, l)
   put_lease(id, l, extra)
   leave_queue(attempt)
-  remember(request, given, id, l)
   tidy()
-  return lease_reply(1, hold, id, l)
+  return lease_reply(1, paused, id, l)
 end
 
 local replayed
-replayed, request = replay(request, mode, given, owner, hold)
+replayed, request = replay(request, mode, given, owner, paused)
 if replayed then
   return replayed
 end
@@ -62,7 +90,7 @@ end
 -- A key whose permits are held is a semaphore, not a lock.
 if h.lim > 0 and h.nl > 0 then
   tidy()
-  return {-4, now_ms, hold}
+  return {-4, now_ms, paused}
 end
 
 -- Reentrancy: the same owner in the same mode re-enters its lease.
@@ -84,7 +112,7 @@ if mode == 'w' then
   if h.nl > 0 then
     if redis.call('HEXISTS', rec, 'o:r:' .. owner) == 1 then
       tidy()
-      return {-2, now_ms, hold}
+      return {-2, now_ms, paused}
     end
     -- The holders' leases run at least until due (the earliest expiry the
     -- record knows of); a lone writer's exactly until its own.
@@ -114,20 +142,23 @@ elseif h.nw > 0 then
   blocked_for = math.max(1, (h.due or now_ms) - now_ms)
 end
 
--- After Redis lost its data, no new lease is granted until hold: leases
+-- After Redis lost its data, no new lease is granted until paused: leases
 -- granted before may still be believed held by their holders.
-if not blocked_for and hold > now_ms then
-  blocked_for = hold - now_ms
+if not blocked_for and paused > now_ms then
+  blocked_for = paused - now_ms
 end
 
 if blocked_for then
-  local behind = 0
+  local behind, head_left = 0, 0
   if mode == 'w' and wait_ms > 0 then
-    join_queue(attempt, wait_ms)
-    if queue_head() ~= attempt then behind = 1 end
+    behind, head_left = place_of(attempt, join_queue(attempt, wait_ms))
+  elseif wait_ms > 0 then
+    -- A reader that waits is woken when readers may go in; releases
+    -- publish that only while some reader may be waiting.
+    h.rw = math.max(h.rw, now_ms + wait_ms)
   end
   tidy()
-  return {0, now_ms, hold, blocked_for, holder(writer), 0, behind}
+  return {0, now_ms, paused, blocked_for, holder(writer), 0, behind, head_left}
 end
 
 local l = new_lease(mode, owner, ttl)

@@ -26,8 +26,8 @@ var (
 	//go:embed force_release.lua
 	forceReleaseLua string
 
-	describeScript     = redis.NewScript(commonLua + describeLua)
-	forceReleaseScript = redis.NewScript(commonLua + forceReleaseLua)
+	describeScript     = lockScript(describeLua).again()
+	forceReleaseScript = lockScript(forceReleaseLua)
 )
 
 // ErrInvalidPageToken is returned by List for a page token it did not

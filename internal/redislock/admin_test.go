@@ -88,7 +88,17 @@ func contractForceRelease(t *testing.T, b backend) {
 	ctx := ctxT(t, 60*time.Second)
 	old := mustAcquire(t, c, redislock.Request{Key: "stuck", Mode: redislock.Write, Owner: "stuck-worker", TTL: 3 * time.Second})
 	kept := make(chan error, 1)
-	go func() { kept <- c.KeepAlive(ctx, "stuck", old.ID, 0, func(redislock.Lease) error { return nil }) }()
+	renewed := make(chan struct{}, 1)
+	go func() {
+		kept <- c.KeepAlive(ctx, "stuck", old.ID, 0, func(redislock.Lease) error {
+			select {
+			case renewed <- struct{}{}:
+			default:
+			}
+			return nil
+		})
+	}()
+	<-renewed // the stream keeps the lease
 	got := make(chan redislock.Result, 1)
 	go func() {
 		res, err := c.Acquire(ctx, redislock.Request{Key: "stuck", Mode: redislock.Write, Owner: "next", TTL: minute, Wait: 45 * time.Second})
@@ -109,9 +119,20 @@ func contractForceRelease(t *testing.T, b backend) {
 	if err != nil || len(ended) != 1 || ended[0].Owner != "stuck-worker" || ended[0].FencingToken != old.FencingToken {
 		t.Fatalf("ForceRelease = %+v, %v", ended, err)
 	}
-	// The waiter is woken at once (its lease was asked for a minute; the
-	// evicted one would have run 3s, kept alive for ever).
+	// The evicted holder's KeepAlive ends first, NOT_FOUND; then the
+	// waiter is granted (the evicted lease, kept alive, would have run
+	// for ever).
 	var res redislock.Result
+	select {
+	case err := <-kept:
+		if !errors.Is(err, redislock.ErrNotHeld) {
+			t.Fatalf("evicted KeepAlive ended with %v, want ErrNotHeld", err)
+		}
+	case res = <-got:
+		t.Fatalf("the waiter was granted %+v while the evicted holder's KeepAlive still ran", res)
+	case <-time.After(30 * time.Second):
+		t.Fatal("the evicted holder's KeepAlive did not end")
+	}
 	select {
 	case res = <-got:
 	case <-time.After(30 * time.Second):
@@ -119,14 +140,6 @@ func contractForceRelease(t *testing.T, b backend) {
 	}
 	if !res.Acquired || res.Lease.FencingToken <= old.FencingToken {
 		t.Fatalf("waiter got %+v after the force release of token %d", res, old.FencingToken)
-	}
-	select {
-	case err := <-kept:
-		if !errors.Is(err, redislock.ErrNotHeld) {
-			t.Fatalf("evicted KeepAlive ended with %v, want ErrNotHeld", err)
-		}
-	case <-time.After(30 * time.Second):
-		t.Fatal("the evicted holder's KeepAlive did not end")
 	}
 	if _, err := c.Renew(ctx, "stuck", old.ID, 0); !errors.Is(err, redislock.ErrNotHeld) {
 		t.Fatalf("evicted Renew: %v, want ErrNotHeld", err)
@@ -167,11 +180,16 @@ func contractForceRelease(t *testing.T, b backend) {
 	if err != nil {
 		t.Fatal(err)
 	}
+	led := make(chan error, 1)
+	go func() { led <- lead.Keep(ctx, func(redislock.Leader) {}) }()
 	if _, err := c.ForceRelease(ctx, "leader", ""); err != nil {
 		t.Fatal(err)
 	}
 	if _, err := c.Leader(ctx, "leader"); !errors.Is(err, redislock.ErrNoLeader) {
 		t.Fatalf("Leader after the leader's force release: %v, want ErrNoLeader", err)
+	}
+	if err := <-led; !errors.Is(err, redislock.ErrNotHeld) {
+		t.Fatalf("the evicted leader's Keep ended with %v, want ErrNotHeld", err)
 	}
 	next, err := c.Campaign(ctx, redislock.CampaignRequest{Name: "leader", Owner: "b", TTL: minute})
 	if err != nil || next.Leader().Term <= lead.Leader().Term {

@@ -8,14 +8,24 @@ import (
 	"github.com/redis/go-redis/v9"
 )
 
-// run runs script for the lock ks and returns its reply. With
+// run runs script for the lock ks and returns its reply, a list. With
 // Options.WaitReplicas, a WAIT follows the script in one pipeline on the
 // connection of the record's node, and too few confirmations give the reply
 // together with an error wrapping ErrNotReplicated (the script's effects
 // stand: the caller decides what to undo).
-func (c *Client) run(ctx context.Context, script *redis.Script, ks keySet, keys []string, args ...any) ([]any, error) {
+func (c *Client) run(ctx context.Context, script *script, ks keySet, keys []string, args ...any) ([]any, error) {
+	reply, err := c.runRaw(ctx, script, ks, keys, args...)
+	list, ok := reply.([]any)
+	if reply != nil && !ok {
+		return nil, fmt.Errorf("redislock: unexpected script reply %v", reply)
+	}
+	return list, err
+}
+
+// runRaw is run for a script whose reply may be other than a list.
+func (c *Client) runRaw(ctx context.Context, script *script, ks keySet, keys []string, args ...any) (any, error) {
 	if c.waitReplicas <= 0 {
-		return script.Run(ctx, c.scripts, keys, args...).Slice()
+		return script.Run(ctx, c.scripts, keys, args...).Result()
 	}
 	pipe, err := c.nodePipeline(ctx, ks)
 	if err != nil {
@@ -29,7 +39,7 @@ func (c *Client) run(ctx context.Context, script *redis.Script, ks keySet, keys 
 		wait = c.wait(ctx, pipe)
 		_, _ = pipe.Exec(ctx)
 	}
-	reply, err := cmd.Slice()
+	reply, err := cmd.Result()
 	if err != nil {
 		return nil, err
 	}

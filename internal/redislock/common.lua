@@ -1,15 +1,27 @@
--- common.lua is prepended to every lock script. It holds the record layout
+-- common.lua is spliced into every lock script, after the script's fast
+-- path (where it has one) and before the rest: only calls that leave the
+-- fast path pay for defining these functions. It holds the record layout
 -- and the bookkeeping every operation starts and ends with.
 --
--- A lock is ONE Redis hash, KEYS[1] = <prefix>:{<key>}, so that eviction or
--- expiry takes all of it or nothing. Its fields:
+-- A lock is ONE Redis key, KEYS[1] = <prefix>:{<key>}, so that eviction or
+-- expiry takes all of it or nothing. A lock held by one lease with nothing
+-- else to keep (the common case, granted by acquire.lua's fast path) is a
+-- string whose expiry is the lease's:
+--
+--   "<mode><owner_given>|<fencing_token>|<ttl_ms>|<lease_id>|<attempt>|
+--    <request>|<keeper>|<owner>"
+--
+-- (mode r or w; the lease is held once; attempt, request and keeper as in
+-- x: below, so lease ids never hold '|'). Release and Renew serve it in a
+-- few commands; any other script first turns it into the hash it stands
+-- for (promote, below). Otherwise the lock is a hash, with the fields:
 --
 --   fence            last fencing token issued for the key
 --   w                lease_id of the write holder, if any
 --   nl               number of leases held
 --   nw               number of waiters queued (q:): writers, and callers
 --                    waiting for a semaphore's permit
---   nr               number of remembered request results (ra:, rr:)
+--   nr               number of remembered Acquire results (ra:)
 --   qs               arrival counter of the queue: the seq last given out
 --   qh               the queue's head is the lowest live seq above qh;
 --                    seqs up to qh are done with (granted, left, expired)
@@ -18,6 +30,9 @@
 --                    once it has passed, so operations stay O(1)
 --   last             nothing expires after this (ms): the hash expires
 --                    GRACE_MS later
+--   rw               until when readers may be waiting (ms): a reader
+--                    refused while willing to wait sets it, and only while
+--                    it lies ahead does a release wake readers ('r')
 --   lim              while semaphore permits are held: the semaphore's
 --                    limit. Absent (zero) otherwise; then no lease is a
 --                    permit. A key is a lock or a semaphore, never both.
@@ -31,11 +46,23 @@
 --   l:<lease_id>     a lease: "<mode>|<hold_count>|<fencing_token>|<ttl_ms>|
 --                    <owner>"; mode is r (read), w (write; an election's
 --                    leader is one) or p (a semaphore permit)
---   x:<lease_id>     its changing part: "<expire_ms>|<keeper>|<attempts>";
---                    keeper is the id of the lease's newest KeepAlive;
+--   x:<lease_id>     its changing part: "<expire_ms>|<keeper>|<attempts>|
+--                    <remembered>";
+--                    keeper is the id of the lease's newest KeepAlive, after
+--                    a '!' once an administrator ended the lease while a
+--                    KeepAlive kept it (force_release.lua): such a revoked
+--                    lease is held by nobody (renewals, releases and
+--                    re-entries find it not held) but still holds the key
+--                    until it runs out: a moment after that keeper, told
+--                    on the key's channel, renews, finds it not held and
+--                    ends its stream (REVOKED_MS), so that the holder
+--                    learns before anyone is granted the key;
 --                    attempts lists the Acquire attempts (newest last, at most
 --                    MAX_ATTEMPTS) whose hold the lease still counts, so an
---                    attempt whose reply was lost can be undone exactly. (Two
+--                    attempt whose reply was lost can be undone exactly;
+--                    remembered lists the request keys whose ra: results
+--                    name the lease, dropped with it (at most MAX_ATTEMPTS
+--                    too; an older one runs out by its own expiry). (Two
 --                    fields keep each value short, and with it the hash in
 --                    Redis's compact encoding.)
 --   o:<mode>:<owner> that owner's lease_id in that mode (reentrancy)
@@ -46,10 +73,16 @@
 --                    holds nobody up for longer.
 --   s:<seq>          the attempt queued at seq, so the head is found by
 --                    walking up from qh (each seq is passed once)
---   ra:<request_id>  an Acquire's first result, replayed to its retries:
+--   ra:<request>     an Acquire's first result, replayed to its retries
+--                    while its lease is held:
 --                    "<expire_ms>|<owner_given>|<lease_id>|<mode>|<hold_count>|
---                    <fencing_token>|<ttl_ms>|<owner>"
---   rr:<request_id>  a Release's first result: "<expire_ms>|<lease_id>|<hold_count>"
+--                    <fencing_token>|<ttl_ms>|<owner>"; <request> is a digest
+--                    of the request_id (keys.go), so it is short and safe
+--
+-- A Release's first result, replayed to its retries, is a string key of
+-- its own in the same hash slot, <prefix>:rr:{<key>}:<request>, holding
+-- "<lease_id>|<hold_count>" for the lease's ttl: it outlives the lease it
+-- ended, and never makes the hash grow with the releases of a busy key.
 --
 -- Leases, waiters and results each carry their own expiry; purge drops them
 -- when it passes. Any state a script cannot make sense of (a field that does
@@ -73,15 +106,14 @@
 -- observers re-check at the leader's expiry).
 --
 -- KEYS[2], where a script takes it, is the data-loss marker of the lock's
--- hash slot: a string lockd creates at start-up holding "hold until" (ms). A
+-- hash slot: a string lockd creates at start-up holding "paused until" (ms). A
 -- missing marker means Redis lost its data since; the script recreates it
 -- holding new grants back for ARGV grace, so holders of leases that vanished
 -- learn first. Expiry is decided only by Redis's own clock (TIME).
 
 local rec = KEYS[1]
 
--- GRACE_MS is how long the hash outlives the last thing it serves, so the
--- fencing counter survives quick release/acquire cycles.
+-- GRACE_MS is how long the hash outlives the last thing it serves.
 local GRACE_MS = 1000
 -- MAX_ATTEMPTS bounds the attempts a lease remembers for undoing.
 local MAX_ATTEMPTS = 32
@@ -99,10 +131,14 @@ end
 local h = {}
 local was = {}
 
-local HEADER = {'fence', 'nl', 'nw', 'nr', 'qs', 'qh', 'due', 'last', 'lim'}
+local HEADER = {'fence', 'nl', 'nw', 'nr', 'qs', 'qh', 'due', 'last', 'lim', 'rw'}
 
 -- lost_record reports whether this script found the record inconsistent.
 local lost_record = false
+
+-- head_seen is what queue_head last found, until the queue changes
+-- (join_queue, leave_queue, scan, lose): a script asks more than once.
+local head_seen = nil
 
 local function load()
   local v = redis.call('HMGET', rec, 'w', unpack(HEADER))
@@ -147,6 +183,45 @@ local function save()
   end
 end
 
+-- promote turns a lock kept as a string (see above) into its hash: the
+-- lease, its owner pointer, the write holder, the fencing counter and,
+-- with a request, its remembered result. A string that does not parse is
+-- treated as lost, as lose does: its holder gets NOT_FOUND.
+local function promote()
+  if redis.call('TYPE', rec)['ok'] ~= 'string' then
+    return
+  end
+  local v = redis.call('GET', rec)
+  local at = redis.call('PEXPIRETIME', rec)
+  redis.call('DEL', rec)
+  local mode, given, token, ttl, id, attempt, request, keeper, owner =
+    string.match(v, '^([rw])([01])|(%d+)|(%d+)|([^|]+)|([%w_%-]*)|([%w_%-]*)|([%w_%-]*)|(.*)$')
+  if not mode then
+    -- Lost: the next token still exceeds any this string may have held.
+    redis.call('HSET', rec, 'fence', num(now_us))
+    redis.call('PEXPIRE', rec, GRACE_MS)
+    return
+  elseif at <= now_ms then
+    return
+  end
+  local expire = num(at)
+  local fields = {'fence', token, 'nl', '1', 'l:' .. id, mode .. '|1|' .. token .. '|' .. ttl .. '|' .. owner,
+    'x:' .. id, expire .. '|' .. keeper .. '|' .. attempt .. '|' .. request,
+    'o:' .. mode .. ':' .. owner, id, 'due', expire, 'last', expire}
+  if mode == 'w' then
+    table.insert(fields, 'w')
+    table.insert(fields, id)
+  end
+  if request ~= '' then
+    table.insert(fields, 'ra:' .. request)
+    table.insert(fields, table.concat({expire, given, id, mode, '1', token, ttl, owner}, '|'))
+    table.insert(fields, 'nr')
+    table.insert(fields, '1')
+  end
+  redis.call('HSET', rec, unpack(fields))
+  redis.call('PEXPIREAT', rec, at + GRACE_MS)
+end
+
 -- expires notes an expiry in due and last.
 local function expires(at)
   if not h.due or at < h.due then h.due = at end
@@ -157,9 +232,10 @@ end
 -- every later token exceeds.
 local function lose()
   lost_record = true
+  head_seen = nil
   local fence = math.max(h.fence or 0, now_us)
   redis.call('DEL', rec)
-  h = {fence = fence, nl = 0, nw = 0, nr = 0, qs = 0, qh = 0, due = nil, last = now_ms, lim = 0}
+  h = {fence = fence, nl = 0, nw = 0, nr = 0, qs = 0, qh = 0, due = nil, last = now_ms, lim = 0, rw = 0}
   was = {}
 end
 
@@ -169,12 +245,13 @@ local function decode(ls, xs)
     return nil
   end
   local mode, count, token, ttl, owner = string.match(ls, '^([rwp])|(%d+)|(%d+)|(%d+)|(.*)$')
-  local exp, keeper, attempts = string.match(xs, '^(%d+)|([%w_%-]*)|([%w_,%-]*)$')
+  local exp, keeper, attempts, remembered = string.match(xs, '^(%d+)|(!?[%w_%-]*)|([%w_,%-]*)|([%w_,%-]*)$')
   if not mode or not exp or tonumber(count) < 1 then
     return nil
   end
   return {mode = mode, count = tonumber(count), token = tonumber(token), ttl = tonumber(ttl),
-    expire = tonumber(exp), keeper = keeper, attempts = attempts, owner = owner}
+    expire = tonumber(exp), keeper = keeper, attempts = attempts, remembered = remembered, owner = owner,
+    revoked = string.sub(keeper, 1, 1) == '!'}
 end
 
 -- get_lease returns the record of a held lease, or nil. A lease that does
@@ -199,10 +276,22 @@ end
 -- put_lease writes a lease, with extra field-value pairs if given.
 local function put_lease(id, l, extra)
   local args = {'l:' .. id, l.mode .. '|' .. num(l.count) .. '|' .. num(l.token) .. '|' .. num(l.ttl) .. '|' .. l.owner,
-    'x:' .. id, num(l.expire) .. '|' .. l.keeper .. '|' .. l.attempts}
+    'x:' .. id, num(l.expire) .. '|' .. l.keeper .. '|' .. l.attempts .. '|' .. l.remembered}
   for _, v in ipairs(extra or {}) do table.insert(args, v) end
   redis.call('HSET', rec, unpack(args))
   expires(l.expire)
+end
+
+-- forget_results drops the remembered Acquire results that name a lease
+-- (those still there: one may have run out already).
+local function forget_results(l)
+  if l.remembered == '' then
+    return
+  end
+  local fields = {}
+  for r in string.gmatch(l.remembered, '[^,]+') do table.insert(fields, 'ra:' .. r) end
+  h.nr = h.nr - redis.call('HDEL', rec, unpack(fields))
+  l.remembered = ''
 end
 
 -- drop removes one lease and everything that points at it.
@@ -214,6 +303,7 @@ local function drop(id, l)
   end
   redis.call('HDEL', rec, unpack(fields))
   h.nl = h.nl - 1
+  forget_results(l)
 end
 
 -- has_attempt, add_attempt and remove_attempt keep a lease's attempt list.
@@ -245,13 +335,14 @@ end
 -- finds due and last anew, or loses a record that does not add up. It
 -- tells whether a lease was dropped.
 local function scan()
+  head_seen = nil
   local all = redis.call('HGETALL', rec)
   local nl, nw, nr, np = 0, 0, 0, 0
   local due, last = nil, now_ms
   local leases, xs, live, owners, gone, expired = {}, {}, {}, {}, {}, {}
   local queued, places = {}, {} -- live q: entries' seqs by attempt; s: fields
   local dropped = false
-  local was = {l = 0, q = 0, ra = 0, rr = 0} -- expired entries of each kind
+  local was = {l = 0, q = 0, ra = 0} -- expired entries of each kind
   local function note(at)
     if not due or at < due then due = at end
     if at > last then last = at end
@@ -267,7 +358,7 @@ local function scan()
       table.insert(owners, {f, v})
     elseif kind == 's' then
       table.insert(places, {f, v})
-    elseif kind == 'q' or kind == 'ra' or kind == 'rr' then
+    elseif kind == 'q' or kind == 'ra' then
       local seq, at
       if kind == 'q' then
         seq, at = string.match(v, '^(%d+)|(%d+)$')
@@ -323,7 +414,7 @@ local function scan()
     end
   end
   -- The counters agree with what the hash holds.
-  if nl + was.l ~= h.nl or nw + was.q ~= h.nw or nr + was.ra + was.rr ~= h.nr then
+  if nl + was.l ~= h.nl or nw + was.q ~= h.nw or nr + was.ra ~= h.nr then
     lose()
     return true
   end
@@ -387,21 +478,20 @@ local function tidy()
     scan()
   end
   if h.nl == 0 and h.nw == 0 and h.nr == 0 then
-    if h.fence == 0 then
-      -- Never granted, nothing to keep: leave no trace, not even the
-      -- counters of a queue that came and went.
-      redis.call('DEL', rec)
-      return
-    end
-    h.due, h.last = nil, now_ms
+    -- Nothing held, awaited or remembered: leave no trace. The next
+    -- lease's fencing token comes from Redis's clock, in microseconds,
+    -- past every token given so far.
+    redis.call('DEL', rec)
+    return
   end
   save()
   redis.call('PEXPIRE', rec, num(math.max(h.last, now_ms) - now_ms + GRACE_MS))
 end
 
 -- join_queue queues attempt until now + wait_ms, keeping its place if it
--- is queued already.
+-- is queued already, and returns its seq.
 local function join_queue(attempt, wait_ms)
+  head_seen = nil
   local f = 'q:' .. attempt
   local q = redis.call('HGET', rec, f)
   local seq = q and string.match(q, '^(%d+)|')
@@ -415,10 +505,12 @@ local function join_queue(attempt, wait_ms)
     redis.call('HSET', rec, f, seq .. '|' .. num(deadline), 's:' .. seq, attempt)
   end
   expires(deadline)
+  return tonumber(seq)
 end
 
 -- leave_queue takes attempt out of the queue and tells whether it was in.
 local function leave_queue(attempt)
+  head_seen = nil
   local f = 'q:' .. attempt
   local q = redis.call('HGET', rec, f)
   if not q then
@@ -436,15 +528,61 @@ local function leave_queue(attempt)
   return true
 end
 
--- queue_head returns the attempt at the head of the queue and until when
--- its place is kept, or nil when no place is known. It walks up from qh,
--- dropping places whose waiter left or whose deadline passed; each seq is
--- walked past once, so the walk costs O(1) a call over time.
+-- HEAD_MS is the most the head of the queue keeps its place without
+-- trying again: a head whose process or replica died holds the key up no
+-- longer than that. A live head tries several times within it
+-- (acquire.go), and the waiter next in line re-checks when it would run
+-- out.
+local HEAD_MS = 1200
+
+-- waker_channel and waker_cmd publish on the lock's channel, for the
+-- scripts that move the queue (set by acquire.lua, semaphore_acquire.lua
+-- and wake_next).
+local waker_channel, waker_cmd = nil, nil
+
+-- live_place returns the attempt queued at seq and its place's deadline,
+-- or nil when the place is gone or past.
+local function live_place(seq)
+  local a = redis.call('HGET', rec, 's:' .. seq)
+  if not a then
+    return nil
+  end
+  local s, deadline = string.match(redis.call('HGET', rec, 'q:' .. a) or '', '^(%d+)|(%d+)$')
+  if s ~= seq or tonumber(deadline) <= now_ms then
+    return nil
+  end
+  return a, tonumber(deadline)
+end
+
+-- next_in_line returns the first live waiter behind the head (queued at
+-- head_seq), looking a few places on.
+local function next_in_line(head_seq)
+  for seq = head_seq + 1, math.min(h.qs, head_seq + 16) do
+    local a = live_place(num(seq))
+    if a then
+      return a
+    end
+  end
+  return nil
+end
+
+-- queue_head returns the attempt at the head of the queue, until when its
+-- place is kept, its seq, and whether it just became the head; nil when
+-- no place is known. It walks up from qh, dropping places whose waiter
+-- left or whose deadline passed; each seq is walked past once, so the walk
+-- costs O(1) a call over time. The head's place is kept HEAD_MS at most;
+-- a waiter that just became the head, and the one next in line, are told
+-- (their attempt ids on the lock's channel), so that the head keeps its
+-- place by trying again and the next one watches it.
 local function queue_head()
   if h.nw == 0 then
     h.qh = h.qs
     return nil
   end
+  if head_seen then
+    return head_seen[1], head_seen[2], head_seen[3], false
+  end
+  local moved = false
   while h.qh < h.qs do
     local seq = num(h.qh + 1)
     local a = redis.call('HGET', rec, 's:' .. seq)
@@ -452,8 +590,21 @@ local function queue_head()
       local q = redis.call('HGET', rec, 'q:' .. a)
       local s, deadline = string.match(q or '', '^(%d+)|(%d+)$')
       if s == seq then
-        if tonumber(deadline) > now_ms then
-          return a, tonumber(deadline)
+        deadline = tonumber(deadline)
+        if deadline > now_ms then
+          if deadline > now_ms + HEAD_MS then
+            deadline = now_ms + HEAD_MS
+            redis.call('HSET', rec, 'q:' .. a, seq .. '|' .. num(deadline))
+          end
+          if moved and waker_channel then
+            redis.call(waker_cmd, waker_channel, a)
+            local n = next_in_line(h.qh + 1)
+            if n then
+              redis.call(waker_cmd, waker_channel, n)
+            end
+          end
+          head_seen = {a, deadline, h.qh + 1}
+          return a, deadline, h.qh + 1, moved
         end
         redis.call('HDEL', rec, 'q:' .. a, 's:' .. seq)
         h.nw = h.nw - 1
@@ -462,8 +613,27 @@ local function queue_head()
       end
     end
     h.qh = h.qh + 1
+    moved = true
   end
   return nil
+end
+
+-- place_of tells a queued attempt (queued at my_seq) where it stands, for
+-- its busy answer: 0 at the head, 2 next in line, 1 further behind; and
+-- how long the head's place still runs (0 for the head itself). Only the
+-- places between the head and the attempt are looked at, and only until a
+-- live one is found: in a line with no gaps, none or one.
+local function place_of(attempt, my_seq)
+  local head, kept, seq = queue_head()
+  if not head or head == attempt then
+    return 0, 0
+  end
+  for s = seq + 1, my_seq - 1 do
+    if live_place(num(s)) then
+      return 1, kept - now_ms
+    end
+  end
+  return 2, kept - now_ms
 end
 
 -- can_take reports whether the head of the queue could be granted now: the
@@ -474,21 +644,23 @@ end
 
 -- wake_next tells the waiters who may now be granted: the head of the
 -- queue, if it can take the key; with nobody queued and no writer holding,
--- every waiting reader. A lost record, or queued waiters of unknown order
--- (queued by an older lockd), wake everyone.
+-- every waiting reader (if any may be waiting: rw). A lost record, or
+-- queued waiters of unknown order, wake everyone. Nobody waiting, nothing
+-- is published.
 local function wake_next(channel, command)
   if lost_record then
     redis.call(command, channel, 'released')
     return
   end
-  local head = queue_head()
+  waker_channel, waker_cmd = channel, command
+  local head, _, _, told = queue_head()
   if head then
-    if can_take() then
+    if can_take() and not told then
       redis.call(command, channel, head)
     end
   elseif h.nw > 0 then
     redis.call(command, channel, 'released')
-  elseif not h.w and h.lim == 0 then
+  elseif not h.w and h.lim == 0 and h.rw > now_ms then
     redis.call(command, channel, 'r')
   end
 end
@@ -502,23 +674,26 @@ local function check_marker(grace_ms)
     return 0
   end
   local m = redis.call('GET', marker)
-  local hold = m and tonumber(m)
-  if not hold then
-    hold = now_ms + grace_ms
-    redis.call('SET', marker, num(hold))
+  local paused = m and tonumber(m)
+  if not paused then
+    paused = now_ms + grace_ms
+    redis.call('SET', marker, num(paused))
+  elseif paused > 0 and paused <= now_ms then
+    -- The pause is over: '0' lets the fast paths serve the slot again.
+    redis.call('SET', marker, '0')
   end
-  return hold
+  return paused
 end
 
 -- replay answers a retried grant request. A request whose first result
 -- (ra:<request>) names a lease still held gets that result back
--- unchanged, as {2, now, hold, ...} like lease_reply, if it comes from the
+-- unchanged, as {2, now, paused, ...} like lease_reply, if it comes from the
 -- same caller: the same mode and, when the first call named its owner, the
 -- same owner; an owner-less first call replays only to an owner-less retry.
 -- Otherwise replay returns nil and the request id to go on with: '' when
 -- the id is another caller's (then this call is a new request, and does
 -- not take the first one's place).
-local function replay(request, mode, given, owner, hold)
+local function replay(request, mode, given, owner, paused)
   if request == '' then
     return nil, ''
   end
@@ -528,21 +703,34 @@ local function replay(request, mode, given, owner, hold)
   end
   local exp, r_given, id, r_mode, count, token, r_ttl, r_owner =
     string.match(r, '^(%d+)|([01])|([^|]*)|(%a)|(%d+)|(%d+)|(%d+)|(.*)$')
-  if not (exp and tonumber(exp) > now_ms and get_lease(id)) then
+  local held = exp and tonumber(exp) > now_ms and get_lease(id)
+  if not held or held.revoked then
     return nil, request
   end
   if r_mode == mode and r_given == given and (given == '0' or r_owner == owner) then
-    return {2, now_ms, hold, id, r_mode, tonumber(count), tonumber(token), tonumber(r_ttl), tonumber(exp), r_owner}, request
+    return {2, now_ms, paused, id, r_mode, tonumber(count), tonumber(token), tonumber(r_ttl), tonumber(exp), r_owner}, request
   end
   return nil, ''
 end
 
--- remember keeps a grant's result for retries of request ('' for none).
+-- remember keeps a grant's result for retries of request ('' for none),
+-- and notes it in the lease (l.remembered), which the caller writes after,
+-- so that it goes when the lease does.
 local function remember(request, given, id, l)
-  if request ~= '' and redis.call('HSET', rec, 'ra:' .. request, table.concat({num(l.expire), given, id, l.mode,
+  if request == '' then
+    return
+  end
+  if redis.call('HSET', rec, 'ra:' .. request, table.concat({num(l.expire), given, id, l.mode,
       num(l.count), num(l.token), num(l.ttl), l.owner}, '|')) == 1 then
     h.nr = h.nr + 1
   end
+  local list = {}
+  for r in string.gmatch(l.remembered, '[^,]+') do
+    if r ~= request then table.insert(list, r) end
+  end
+  table.insert(list, request)
+  while #list > MAX_ATTEMPTS do table.remove(list, 1) end
+  l.remembered = table.concat(list, ',')
 end
 
 -- reentered adds a hold to the lease the owner holds in mode, if any, and
@@ -561,6 +749,9 @@ local function reentered(mode, owner, ttl)
     end
     return nil
   end
+  if l.revoked then
+    return nil
+  end
   l.count = l.count + 1
   l.ttl = math.max(l.ttl, ttl)
   l.expire = math.max(l.expire, now_ms + ttl)
@@ -573,7 +764,8 @@ local function new_lease(mode, owner, ttl)
   local token = math.max(h.fence + 1, now_us)
   h.fence = token
   h.nl = h.nl + 1
-  return {mode = mode, count = 1, token = token, ttl = ttl, expire = now_ms + ttl, keeper = '', attempts = '', owner = owner}
+  return {mode = mode, count = 1, token = token, ttl = ttl, expire = now_ms + ttl, keeper = '', attempts = '', remembered = '',
+    owner = owner}
 end
 
 -- writer_lease returns the lease id if it holds the key for writing (an
@@ -581,7 +773,7 @@ end
 -- held otherwise (it leads no election).
 local function writer_lease(id)
   local l = get_lease(id)
-  if not l then
+  if not l or l.revoked then
     return nil, -1
   end
   if h.w ~= id then
@@ -617,7 +809,32 @@ local function holder(writer)
   return ''
 end
 
--- lease_reply is the reply for a held lease.
-local function lease_reply(status, hold, id, l)
-  return {status, now_ms, hold, id, l.mode, l.count, l.token, l.ttl, l.expire, l.owner}
+-- REVOKED_MS is how long a revoked lease still holds the key once its
+-- holder or its KeepAlive has been told it is not held: long enough for
+-- lockd to end the holder's stream before anyone else is granted the key.
+local REVOKED_MS = 1000
+
+-- revoked_seen tells whether the lease id is one an administrator revoked
+-- (held by nobody: the call finds it not held). When the call comes from
+-- its holder (keeper '') or from the KeepAlive that kept it, the lease
+-- runs out REVOKED_MS from now at the latest; waiters re-check then, as a
+-- busy answer tells them when the holders' leases run out.
+local function revoked_seen(id, keeper)
+  local l = get_lease(id)
+  if not l or not l.revoked then
+    return false
+  end
+  if (keeper == '' or l.keeper == '!' .. keeper) and l.expire > now_ms + REVOKED_MS then
+    l.expire = now_ms + REVOKED_MS
+    put_lease(id, l)
+  end
+  return true
 end
+
+-- lease_reply is the reply for a held lease.
+local function lease_reply(status, paused, id, l)
+  return {status, now_ms, paused, id, l.mode, l.count, l.token, l.ttl, l.expire, l.owner}
+end
+
+-- Every script that gets this far works on the hash.
+promote()

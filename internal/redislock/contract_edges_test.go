@@ -75,10 +75,16 @@ func contractInconsistentRecordIsLost(t *testing.T, b backend) {
 		"an owner pointing at no lease": func(record, _ string) error {
 			return b.rdb.HSet(ctx, record, "o:w:ghost", "nothing", "due", "1").Err()
 		},
+		"a lone lease that does not decode": func(record, _ string) error {
+			return b.rdb.Set(ctx, record, "w1|garbage", minute).Err()
+		},
 	}
 	for name, damage := range damages {
 		key := "damaged/" + name
 		l := mustAcquire(t, c, redislock.Request{Key: key, Mode: redislock.Write, Owner: "a", TTL: minute})
+		// A lone lease is kept as a string; the owner's second hold makes
+		// the record the hash these damages are done to.
+		mustAcquire(t, c, redislock.Request{Key: key, Mode: redislock.Write, Owner: "a", TTL: minute})
 		if err := damage(b.prefix+":{"+key+"}", l.ID); err != nil {
 			t.Fatal(err)
 		}

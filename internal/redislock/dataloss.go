@@ -25,7 +25,7 @@ import (
 //     master that restarted, or a new master taking over slots (failover),
 //     may have lost writes while its markers survived: the watch holds
 //     grants back on its slots the same way.
-//   - Whenever this engine learns of a hold it had not seen (from the
+//   - Whenever this engine learns of a pause it had not seen (from the
 //     watch, or from any script's reply), every KeepAlive renews at once,
 //     so those whose leases vanished end with ErrNotHeld before anyone can
 //     be granted their keys.
@@ -40,7 +40,7 @@ type lossWatch struct {
 	prepareMu sync.Mutex
 
 	mu        sync.Mutex
-	seen      map[string]int64 // marker -> end of the last hold seen
+	seen      map[string]int64 // marker -> end of the last pause seen
 	lastEvent time.Time
 
 	stop chan struct{}
@@ -50,9 +50,11 @@ type lossWatch struct {
 	runIDs    map[string]string
 	owners    []string
 	infoError atomic.Bool
-	// pending are the markers whose hold could not be written yet (the
+	// pending are the markers whose pause could not be written yet (the
 	// master not back in service): retried at every poll.
 	pending []string
+	// identity is what IdentityCheck compares new connections with.
+	identity identity
 }
 
 func newLossWatch(c *Client) *lossWatch {
@@ -81,7 +83,7 @@ func (c *Client) prepared(ctx context.Context) error {
 	return c.loss.prepare(ctx)
 }
 
-// prepare creates the missing markers without a hold. A Redis that lost
+// prepare creates the missing markers without a pause. A Redis that lost
 // lockd's data before this process ever saw it cannot be told from a fresh
 // one; replicas that were running hold grants back by themselves. Redis's
 // uptime says which it may be, for the log.
@@ -92,14 +94,7 @@ func (w *lossWatch) prepare(ctx context.Context) error {
 		return nil
 	}
 	c := w.c
-	var markers []string
-	if c.cluster == nil {
-		markers = []string{c.markerOf("")}
-	} else {
-		for slot := range slotCount {
-			markers = append(markers, c.markerForSlot(slot))
-		}
-	}
+	markers := c.allMarkers()
 	created := 0
 	const chunk = 2048
 	for i := 0; i < len(markers); i += chunk {
@@ -131,6 +126,15 @@ func (w *lossWatch) prepare(ctx context.Context) error {
 	return nil
 }
 
+// allMarkers names the data-loss markers of every hash slot.
+func (c *Client) allMarkers() []string {
+	markers := make([]string, slotCount)
+	for slot := range slotCount {
+		markers[slot] = c.markerForSlot(slot)
+	}
+	return markers
+}
+
 // uptime is the shortest uptime of the masters, or -1 if unknown.
 func (w *lossWatch) uptime(ctx context.Context) time.Duration {
 	shortest := time.Duration(-1)
@@ -159,26 +163,26 @@ func (w *lossWatch) uptime(ctx context.Context) time.Duration {
 	return shortest
 }
 
-// noteHold looks at the hold a script reported for ks's slot: one this
-// engine had not seen makes every KeepAlive renew at once.
-func (c *Client) noteHold(ks keySet, reply []any) {
+// notePause looks at the pause of grants a script reported for ks's slot:
+// one this engine had not seen makes every KeepAlive renew at once.
+func (c *Client) notePause(ks keySet, reply []any) {
 	if c.loss == nil || len(reply) < 3 {
 		return
 	}
-	hold, now := intAt(reply, 2), intAt(reply, 1)
-	if hold <= now {
+	paused, now := intAt(reply, 2), intAt(reply, 1)
+	if paused <= now {
 		return // the common case: no grants held back
 	}
 	w := c.loss
 	w.mu.Lock()
-	fresh := hold > w.seen[ks.marker]
+	fresh := paused > w.seen[ks.marker]
 	if fresh {
-		w.seen[ks.marker] = hold
+		w.seen[ks.marker] = paused
 	}
 	w.mu.Unlock()
 	if fresh {
 		w.event("Redis lost lockd's data: new grants are held back and kept-alive leases checked at once",
-			"hold", time.Duration(hold-now)*time.Millisecond)
+			"pause", time.Duration(paused-now)*time.Millisecond)
 	}
 }
 
@@ -222,7 +226,7 @@ func (w *lossWatch) run() {
 func (w *lossWatch) poll(ctx context.Context) {
 	if len(w.pending) > 0 {
 		// Holds written late make every KeepAlive check again.
-		if failed, _ := w.holdSlots(ctx, w.pending); len(failed) < len(w.pending) {
+		if failed, _ := w.pauseSlots(ctx, w.pending); len(failed) < len(w.pending) {
 			w.pending = failed
 			w.c.renewer.rush()
 		}
@@ -253,7 +257,7 @@ func (w *lossWatch) poll(ctx context.Context) {
 			return // unreachable now: judged when it answers
 		}
 		if prev != "" && prev != id {
-			w.lost(ctx, []string{w.c.markerOf("")})
+			w.lost(ctx, w.c.allMarkers())
 		}
 		w.runIDs = runIDs
 		return
@@ -303,35 +307,86 @@ func (w *lossWatch) poll(ctx context.Context) {
 	w.runIDs, w.owners = runIDs, owners
 }
 
-// holdSlots holds new grants back on the slots of markers and returns the
-// markers whose hold could not be written (the master not back in service
+// pauseSlots holds new grants back on the slots of markers and returns the
+// markers whose pause could not be written (the master not back in service
 // yet), with the first error.
-func (w *lossWatch) holdSlots(ctx context.Context, markers []string) ([]string, error) {
-	grace := w.c.lossGrace.Milliseconds()
-	pipe := w.c.rdb.Pipeline()
-	cmds := make([]*redis.Cmd, len(markers))
-	for i, m := range markers {
-		// EVAL with the script's text: this is rare, and a Redis that
-		// just restarted has no script cached.
-		cmds[i] = holdScript.Eval(ctx, pipe, []string{m}, grace)
-	}
-	_, err := pipe.Exec(ctx)
+func (w *lossWatch) pauseSlots(ctx context.Context, markers []string) ([]string, error) {
+	return pauseMarkers(ctx, w.c.rdb, markers, w.c.lossGrace)
+}
+
+// pauseChunk is how many markers one pipeline holds.
+const pauseChunk = 2048
+
+// pipeliner makes pipelines: a client, or one connection.
+type pipeliner interface {
+	Pipeline() redis.Pipeliner
+}
+
+// pauseMarkers runs pause.lua for every marker, in pipelines, and returns the
+// markers it could not pause with the first error. Markers that met a Redis
+// without the script cached (it just restarted) are sent again once one of
+// them has loaded it, with the text only where still needed.
+func pauseMarkers(ctx context.Context, rdb pipeliner, markers []string, grace time.Duration) ([]string, error) {
 	var failed []string
-	for i, cmd := range cmds {
-		if cmd.Err() != nil {
-			failed = append(failed, markers[i])
+	var first error
+	for i := 0; i < len(markers); i += pauseChunk {
+		chunk := markers[i:min(i+pauseChunk, len(markers))]
+		cmds := make([]*redis.Cmd, len(chunk))
+		send := func(idx []int, loaded bool) {
+			pipe := rdb.Pipeline()
+			for _, j := range idx {
+				if loaded {
+					cmds[j] = pauseScript.EvalSha(ctx, pipe, []string{chunk[j]}, grace.Milliseconds())
+				} else {
+					cmds[j] = pauseScript.Eval(ctx, pipe, []string{chunk[j]}, grace.Milliseconds())
+				}
+			}
+			_, _ = pipe.Exec(ctx)
+		}
+		all := make([]int, len(chunk))
+		for j := range all {
+			all[j] = j
+		}
+		send(all, true)
+		for pass := 0; pass < 2; pass++ {
+			var again []int
+			for j, cmd := range cmds {
+				if isNoScript(cmd.Err()) {
+					again = append(again, j)
+				}
+			}
+			if len(again) == 0 {
+				break
+			}
+			// The first pass loads the script with one EVAL and tries the
+			// rest by hash again; the second sends the text to whoever
+			// still lacks it (other nodes of a Cluster).
+			if pass == 0 {
+				send(again[:1], false)
+				send(again[1:], true)
+			} else {
+				send(again, false)
+			}
+		}
+		for j, cmd := range cmds {
+			if err := cmd.Err(); err != nil {
+				failed = append(failed, chunk[j])
+				if first == nil {
+					first = err
+				}
+			}
 		}
 	}
-	return failed, err
+	return failed, first
 }
 
 // lost holds grants back on the slots of markers, to be retried at every
 // poll until written, and has every KeepAlive renew at once.
 func (w *lossWatch) lost(ctx context.Context, markers []string) {
-	failed, err := w.holdSlots(ctx, markers)
+	failed, err := w.pauseSlots(ctx, markers)
 	w.pending = append(w.pending, failed...)
 	w.event("Redis restarted or failed over and may have lost lockd's data: new grants are held back and kept-alive leases checked at once",
-		"slots", len(markers), "hold", w.c.lossGrace, "err", err)
+		"slots", len(markers), "pause", w.c.lossGrace, "err", err)
 }
 
 // infoRefused logs once that INFO is not allowed, so restarts that keep the

@@ -260,3 +260,43 @@ func TestWaitReplicasGivesBackUnconfirmedGrants(t *testing.T) {
 		return err == nil && res.Acquired
 	})
 }
+
+// TestWaitReplicasKeepsAnUnconfirmedGrantForItsRetry: a grant with a
+// request id that the replicas did not confirm is kept for the caller's
+// retry rather than given back behind it; the retry, once the replica has
+// it, is confirmed and handed the same lease, which stays held.
+func TestWaitReplicasKeepsAnUnconfirmedGrantForItsRetry(t *testing.T) {
+	t.Parallel()
+	st := redistest.StartSentinel(t)
+	rdb := st.FailoverClient(t)
+	c := newClient(t, rdb, redislock.Options{WaitReplicas: 1, WaitTimeout: 300 * time.Millisecond})
+	ctx := ctxT(t, time.Minute)
+	mustAcquire(t, c, redislock.Request{Key: "wait/warm-up", Mode: redislock.Write, TTL: minute})
+	var replica *redistest.Server
+	for _, n := range st.Nodes() {
+		if n.Addr() != st.MasterAddr() {
+			replica = n
+		}
+	}
+	req := redislock.Request{Key: "wait/retried", Mode: redislock.Write, Owner: "a", TTL: minute, RequestID: "try-1"}
+	replica.Freeze()
+	_, err := c.Acquire(ctx, req)
+	replica.Thaw()
+	if !errors.Is(err, redislock.ErrNotReplicated) {
+		t.Fatalf("with the replica frozen: Acquire %v; want ErrNotReplicated", err)
+	}
+	var res redislock.Result
+	waitUntil(t, "the retry to be confirmed", func() bool {
+		res, err = c.Acquire(ctx, req)
+		return err == nil
+	})
+	if !res.Acquired || res.Lease.HoldCount != 1 {
+		t.Fatalf("the retry = %+v, want the first grant, held once", res)
+	}
+	// Whatever clean-up the first call left has landed once Close returns.
+	_ = c.Close()
+	other := newClient(t, rdb, redislock.Options{})
+	if _, err := other.Renew(ctx, req.Key, res.Lease.ID, 0); err != nil {
+		t.Fatalf("the lease the retry was handed: %v", err)
+	}
+}

@@ -211,7 +211,7 @@ func (l *Leadership) Keep(ctx context.Context, changed func(Leader)) error {
 	select {
 	case <-first.C:
 	case <-kctx.Done():
-		return l.ended(ctx, kctx)
+		return l.letGo(ctx, l.ended(ctx, kctx))
 	}
 	err := l.keeper.KeepAlive(kctx, 0, func(lease Lease) error {
 		l.update(changed, func(cur *Leader) bool {
@@ -221,7 +221,26 @@ func (l *Leadership) Keep(ctx context.Context, changed func(Leader)) error {
 		return nil
 	})
 	if kctx.Err() != nil {
-		return l.ended(ctx, kctx)
+		err = l.ended(ctx, kctx)
+	}
+	return l.letGo(ctx, err)
+}
+
+// letGo passes on Keep's error. When the election's state said the
+// leadership ended, the lease may be one an administrator revoked, which
+// this keeper lets go of, in the background: it gives up the whole lease as
+// its newest keeper (a revoked lease then runs out a moment later, any
+// other goes now).
+func (l *Leadership) letGo(ctx context.Context, err error) error {
+	if ctx.Err() == nil && errors.Is(err, ErrNotHeld) {
+		k := l.keeper
+		l.c.cleanUp(func(ctx context.Context) error {
+			_, err := l.c.release(ctx, l.ks, k.key, k.leaseID, "", k.id)
+			if errors.Is(err, ErrNotHeld) || errors.Is(err, errNotKeeper) {
+				return nil
+			}
+			return err
+		}, time.Now().Add(undoTry))
 	}
 	return err
 }

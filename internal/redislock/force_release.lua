@@ -1,8 +1,14 @@
 -- force_release.lua ends the leases of one owner of a key (in every mode it
 -- holds the key), or of every holder, whoever keeps them alive: an
--- administrator's way out of a stuck lock. An election whose leader it ends
--- loses its value and tells its observers; waiters are woken. The fencing
--- counter stays, so every later token exceeds the ended leases' tokens.
+-- administrator's way out of a stuck lock. A lease a KeepAlive keeps is
+-- revoked rather than dropped (see x: in common.lua): its keeper is told
+-- on the key's channel ('x:<lease_id>'), ends its stream NOT_FOUND, and
+-- the lease runs out a moment later, so the holder learns before anyone
+-- is granted the key; a lease nobody keeps alive, or one revoked already
+-- (a second ForceRelease: the administrator insists), goes at once. An
+-- election whose leader it ends loses its value and tells its observers;
+-- waiters are woken when a lease goes. The fencing counter stays, so every
+-- later token exceeds the ended leases' tokens.
 --
 -- KEYS[1] the lock's record (see common.lua)
 -- ARGV[1] owner, or '' for every holder
@@ -41,7 +47,14 @@ for _, id in ipairs(ids) do
     break
   end
   if l then
-    drop(id, l)
+    if l.keeper ~= '' and not l.revoked then
+      l.keeper = '!' .. l.keeper
+      put_lease(id, l)
+      redis.call(publish_cmd, channel, 'x:' .. id)
+    else
+      drop(id, l)
+      wake = true
+    end
     table.insert(ended, {l.mode, l.count, l.token, l.ttl, l.expire, l.owner})
     local ev = redis.call('HGET', rec, 'ev')
     if ev and string.sub(ev, 1, #id + 1) == id .. '|' then
@@ -51,7 +64,7 @@ for _, id in ipairs(ids) do
   end
 end
 
-if #ended > 0 or wake or lost_record then
+if wake or lost_record then
   wake_next(channel, publish_cmd)
 end
 if lead then

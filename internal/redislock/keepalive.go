@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"sync/atomic"
 	"time"
 )
 
@@ -67,6 +68,13 @@ func (k *Keeper) KeepAlive(ctx context.Context, ttl time.Duration, renewed func(
 		}
 		return err
 	}
+	var (
+		current  atomic.Pointer[renewal]
+		notified atomic.Bool // a revocation notice came: renew again at once
+	)
+	stop := make(chan struct{})
+	defer close(stop)
+	go k.watchRevocation(ctx, ks, &current, &notified, stop)
 	due := time.Now()
 	for {
 		// Once a renewal has been confirmed, waiting for the next one ends
@@ -75,10 +83,12 @@ func (k *Keeper) KeepAlive(ctx context.Context, ttl time.Duration, renewed func(
 		if !k.expiry.IsZero() {
 			until = k.expiry.Add(-span / 6)
 		}
-		res := c.renewer.renew(ctx, &renewal{
+		rn := &renewal{
 			key: k.key, id: k.leaseID, ks: ks, ttl: ttl, keeper: k.id, register: !registered,
 			due: due, early: span / 10, until: until,
-		})
+		}
+		current.Store(rn)
+		res := c.renewer.renew(ctx, rn)
 		switch err := res.err; {
 		case ctx.Err() != nil:
 			return ctx.Err()
@@ -100,6 +110,38 @@ func (k *Keeper) KeepAlive(ctx context.Context, ttl time.Duration, renewed func(
 			return err
 		}
 		due = res.sent.Add(span / 3)
+		if notified.Swap(false) {
+			// The notice may have come while this renewal was on its way.
+			due = time.Now()
+		}
+	}
+}
+
+// watchRevocation listens on the lock's channel for the lease being
+// revoked (an administrator's ForceRelease of a lease a KeepAlive keeps),
+// and makes the KeepAlive's next renewal due at once: it finds the lease not
+// held, drops it, and the KeepAlive ends with ErrNotHeld before the key can
+// go to anyone else. A notice missed (the subscription not confirmed yet)
+// costs only time: the next scheduled renewal does the same.
+func (k *Keeper) watchRevocation(ctx context.Context, ks keySet, current *atomic.Pointer[renewal], notified *atomic.Bool, stop <-chan struct{}) {
+	c := k.c
+	wake, done, err := c.subs.subscribe(ctx, ks.channel, interest{id: revokedPrefix + k.leaseID}, time.Now().Add(c.maxRecheck), c.maxRecheck)
+	if err != nil {
+		return
+	}
+	defer done()
+	for {
+		select {
+		case <-wake:
+			notified.Store(true)
+			if rn := current.Load(); rn != nil {
+				c.renewer.rushOne(rn)
+			}
+		case <-stop:
+			return
+		case <-ctx.Done():
+			return
+		}
 	}
 }
 

@@ -1,6 +1,8 @@
 package redislock
 
 import (
+	"crypto/sha256"
+	"encoding/base64"
 	"fmt"
 	"strconv"
 	"strings"
@@ -51,11 +53,14 @@ func validateKey(field, key string) error {
 // listing locks is a SCAN over <prefix>:{* (no other key of lockd's matches
 // that pattern).
 //
-// With data-loss protection on, each hash slot lockd uses has a marker key
-// that lives as long as the data: <prefix>:marker on a single Redis, and
-// <prefix>:marker:{<t>} on Cluster, where <t> is a short tag chosen to fall
-// in the slot's own hash slot, so a lock's script may read its marker.
-// Markers are a fixed set (at most 16384 per prefix) and carry no expiry.
+// With data-loss protection on, each hash slot has a marker key that lives
+// as long as the data: <prefix>:marker:{<t>}, where <t> is a short tag
+// chosen to fall in the slot's own hash slot, so a lock's script reads the
+// marker of its own slot. Every script touches the keys of one slot, in
+// every mode: on a single Redis too, as a proxy may present a Cluster as
+// one endpoint. Markers are a fixed set (16384 per prefix, about a
+// megabyte) and carry no expiry. Release results remembered for retries
+// are <prefix>:rr:{<key>}:<request>, in the lock's slot, and expire.
 
 // keySet names the Redis keys and channel of one lock.
 type keySet struct {
@@ -69,12 +74,16 @@ type keySet struct {
 	// marker is the data-loss marker of the record's slot; empty when the
 	// protection is off.
 	marker string
+	// results starts the names of the Release results remembered for
+	// retries: results + requestKey(request_id).
+	results string
 }
 
 func (c *Client) keys(key string) keySet {
 	tag := hashTag(key)
 	base := c.prefix + ":{" + tag + "}"
-	ks := keySet{record: base, channel: base + ":released", leader: base + ":leader"}
+	ks := keySet{record: base, channel: base + ":released", leader: base + ":leader",
+		results: c.prefix + ":rr:{" + tag + "}:"}
 	if c.lossGrace > 0 {
 		ks.marker = c.markerOf(tag)
 	}
@@ -83,9 +92,6 @@ func (c *Client) keys(key string) keySet {
 
 // markerOf names the data-loss marker for a record whose hash tag is tag.
 func (c *Client) markerOf(tag string) string {
-	if c.cluster == nil {
-		return c.prefix + ":marker"
-	}
 	return c.markerForSlot(slotOf(tag))
 }
 
@@ -100,6 +106,27 @@ func (ks keySet) scriptKeys(withMarker bool) []string {
 		return []string{ks.record, ks.marker}
 	}
 	return []string{ks.record}
+}
+
+// releaseKeys returns the keys of release.lua: the record and, for a
+// request, its remembered result.
+func (ks keySet) releaseKeys(request string) []string {
+	if request == "" {
+		return []string{ks.record}
+	}
+	return []string{ks.record, ks.results + request}
+}
+
+// requestKey returns the digest of a request_id that names its remembered
+// results in Redis ("" for none): 132 bits of SHA-256, URL-safe, so that
+// any request_id makes a short field name of safe characters, and results
+// cannot be told apart from the ids that made them.
+func requestKey(requestID string) string {
+	if requestID == "" {
+		return ""
+	}
+	sum := sha256.Sum256([]byte(requestID))
+	return base64.RawURLEncoding.EncodeToString(sum[:])[:22]
 }
 
 // hashTag escapes the characters that would end or empty a Redis hash tag

@@ -18,7 +18,7 @@ if not value then
 end
 local f = redis.call('HMGET', rec, 'l:' .. id, 'x:' .. id)
 local l = decode(f[1], f[2])
-if not l or l.mode ~= 'w' or l.expire <= now_ms then
+if not l or l.mode ~= 'w' or l.expire <= now_ms or l.revoked then
   return {0, now_ms}
 end
 return {1, now_ms, l.token, l.owner, value, l.ttl, l.expire}

@@ -4,6 +4,8 @@ import (
 	"context"
 	"fmt"
 	"slices"
+	"strconv"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -341,8 +343,11 @@ func contractPermitsGoInArrivalOrder(t *testing.T, b backend) {
 // TestHandoffCostsTheSameWhateverTheQueue counts script calls while ten
 // queued writers take a key in turn, each releasing it at once: after a
 // release, or after the holder's lease simply runs out, only the head of
-// the queue is woken and tries, so the whole line costs two calls a writer
-// (its grant and its release), not a try of every waiter at every handoff.
+// the queue is woken and tries, with the one next in line, told to watch
+// it: the whole line costs three calls a writer (its grant, its release,
+// and its try as the next in line), not a try of every waiter at every
+// handoff. Beyond that only the head's tries to keep its place (one per
+// 300ms) and the next one's watch of it cost, for as long as they wait.
 // Re-checks are pushed out of the way.
 func TestHandoffCostsTheSameWhateverTheQueue(t *testing.T) {
 	t.Parallel()
@@ -395,6 +400,7 @@ func TestHandoffCostsTheSameWhateverTheQueue(t *testing.T) {
 				before = now
 				return settled
 			})
+			start := time.Now()
 			if tc.release {
 				if _, err := c.Release(ctx, key, h.ID, ""); err != nil {
 					t.Fatal(err)
@@ -402,7 +408,9 @@ func TestHandoffCostsTheSameWhateverTheQueue(t *testing.T) {
 				before++ // the holder's release is not the line's
 			}
 			wg.Wait()
-			if got, most := scriptCalls(t, rdb)-before, 2*writers+2; got > most {
+			// The head's tries to keep its place, and the next one's.
+			keeping := 2 * int(time.Since(start)/(300*time.Millisecond)+1)
+			if got, most := scriptCalls(t, rdb)-before, 3*writers+2+keeping; got > most {
 				t.Fatalf("%d writers in line made %d script calls, want at most %d", writers, got, most)
 			}
 		})
@@ -420,7 +428,7 @@ func TestWaiterOnANeverGrantedKeyLeavesNothingBehind(t *testing.T) {
 	ctx := ctxT(t, 30*time.Second)
 	mustAcquire(t, c, redislock.Request{Key: "other", Mode: redislock.Write, TTL: time.Minute})
 	// Redis "loses" lockd's data: grants are held back from now on.
-	if err := rdb.Del(ctx, "lockd:marker").Err(); err != nil {
+	if err := rdb.FlushAll(ctx).Err(); err != nil {
 		t.Fatal(err)
 	}
 	res, err := c.Acquire(ctx, redislock.Request{Key: "never", Mode: redislock.Write, TTL: time.Minute, Wait: 300 * time.Millisecond})
@@ -429,5 +437,53 @@ func TestWaiterOnANeverGrantedKeyLeavesNothingBehind(t *testing.T) {
 	}
 	if n := rdb.Exists(ctx, "lockd:{never}").Val(); n != 0 {
 		t.Fatalf("the never-granted key's record is left behind: %v", rdb.HGetAll(ctx, "lockd:{never}").Val())
+	}
+}
+
+// TestADeadHeadKeepsItsPlaceAboutASecond queues a writer at the head of
+// the line, on the default re-check interval, and lets its process die:
+// its place in the queue, which nobody can take back now, runs out about a
+// second after its last try (HEAD_MS, 1.2s), not after the several
+// re-check intervals a waiter further behind keeps its place for.
+func TestADeadHeadKeepsItsPlaceAboutASecond(t *testing.T) {
+	t.Parallel()
+	rs := redistest.Start(t)
+	rdb := rs.Client(t)
+	ctx := ctxT(t, time.Minute)
+	const key = "dead-head/second"
+	live := newClient(t, rdb, redislock.Options{})
+	deadRdb := rs.Client(t)
+	dead := newClient(t, deadRdb, redislock.Options{})
+	mustAcquire(t, live, redislock.Request{Key: key, Mode: redislock.Write, Owner: "holder", TTL: time.Hour})
+	go func() {
+		_, _ = dead.Acquire(ctx, redislock.Request{Key: key, Mode: redislock.Write, Owner: "dead", TTL: time.Hour, Wait: time.Minute})
+	}()
+	waitUntil(t, "the doomed writer is queued", func() bool { return queued(ctx, rdb, "lockd", key) == 1 })
+	_ = deadRdb.Close()
+	places, err := rdb.HGetAll(ctx, "lockd:{"+key+"}").Result()
+	if err != nil {
+		t.Fatal(err)
+	}
+	now, err := rdb.Time(ctx).Result()
+	if err != nil {
+		t.Fatal(err)
+	}
+	found := false
+	for field, v := range places {
+		if !strings.HasPrefix(field, "q:") {
+			continue
+		}
+		found = true
+		_, deadline, _ := strings.Cut(v, "|")
+		ms, err := strconv.ParseInt(deadline, 10, 64)
+		if err != nil {
+			t.Fatalf("place %s = %q", field, v)
+		}
+		if left := time.Duration(ms-now.UnixMilli()) * time.Millisecond; left > 1300*time.Millisecond {
+			t.Fatalf("the head's place is kept %v on, want about a second (1.2s) at most", left)
+		}
+	}
+	if !found {
+		t.Fatalf("no place in the queue: %v", places)
 	}
 }

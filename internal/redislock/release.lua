@@ -3,33 +3,74 @@
 -- that KeepAlive is still the lease's newest keeper.
 --
 -- KEYS[1] the lock's record (see common.lua)
+-- KEYS[2] with a request: its remembered result, <prefix>:rr:{<key>}:<request>
 -- ARGV[1] lease_id
--- ARGV[2] request_id, or '' for none
--- ARGV[3] channel that wakes waiters
--- ARGV[4] publish command: PUBLISH or SPUBLISH
--- ARGV[5] keeper id: '' takes one hold; otherwise the whole lease goes,
+-- ARGV[2] request (a digest of the request_id), or '' for none
+-- ARGV[3] keeper id: '' takes one hold; otherwise the whole lease goes,
 --         but only if this is its newest keeper
+-- ARGV[4] publish command, PUBLISH or SPUBLISH, that wakes waiters on
+--         <record>:released
 -- Returns {1, hold_count, mode, held_ms} (hold_count 0 when the lease ended;
 -- held_ms is how long since the lease was granted, read off its fencing
 -- token, which is Redis's clock in microseconds at the grant), {1,
 -- hold_count} for a retried request, {-1} when the lease is not held, and
--- {-3} when a newer KeepAlive keeps the lease.
+-- {-3} when a newer KeepAlive keeps the lease. The fast path ends a lone
+-- lease with {5, fencing_token} (write) or {6, fencing_token} (read).
 
-local id, request, channel, publish_cmd, keeper = ARGV[1], ARGV[2], ARGV[3], ARGV[4], ARGV[5]
+-- The fast path: the lock is a lone lease kept as a string (common.lua),
+-- which only exists while the lease runs and which nobody waits for: it
+-- ends with a GET and a DEL. Held once,
+-- the lease cannot be found by a retried request: the first call ended it.
+-- A key that does not exist, or holds another lease, means
+-- this one is not held, but for a retried request, whose result the full
+-- script finds. A request adds the SET of its remembered result. Anything
+-- else falls through to the full script below.
+do
+  local id, request = ARGV[1], ARGV[2]
+  if ARGV[3] == '' then
+    local v = redis.pcall('GET', KEYS[1])
+    local mode, token, ttl, held
+    if type(v) == 'string' then
+      mode, token, ttl, held = string.match(v, '^([rw])[01]|(%d+)|(%d+)|([^|]+)|')
+    end
+    if held == id then
+      redis.call('DEL', KEYS[1])
+      if request ~= '' then
+        redis.call('SET', KEYS[2], id .. '|0', 'PX', ttl)
+      end
+      if mode == 'w' then
+        return {5, token}
+      end
+      return {6, token}
+    elseif request == '' and (not v or held) then
+      return {-1}
+    end
+  end
+end
+
+--[[common]]
+
+local id, request, keeper, publish_cmd = ARGV[1], ARGV[2], ARGV[3], ARGV[4]
+local channel = rec .. ':released'
 
 local expired = begin()
 
 -- A retried request for the same lease returns its first result.
 if request ~= '' then
-  local done = redis.call('HGET', rec, 'rr:' .. request)
+  local done = redis.call('GET', KEYS[2])
   if done then
-    local _, done_id, count = string.match(done, '^(%d+)|(.*)|(%d+)$')
+    local done_id, count = string.match(done, '^(.*)|(%d+)$')
     if done_id == id then
+      tidy()
       return {1, tonumber(count)}
     end
   end
 end
 
+if revoked_seen(id, keeper) then
+  tidy()
+  return {-1}
+end
 local l = get_lease(id)
 if not l then
   if expired or lost_record then
@@ -54,11 +95,7 @@ else
   drop(id, l)
 end
 if request ~= '' then
-  local until_ms = now_ms + l.ttl
-  if redis.call('HSET', rec, 'rr:' .. request, num(until_ms) .. '|' .. id .. '|' .. num(l.count)) == 1 then
-    h.nr = h.nr + 1
-  end
-  expires(until_ms)
+  redis.call('SET', KEYS[2], id .. '|' .. num(l.count), 'PX', num(l.ttl))
 end
 -- Waiters can only get in when a writer leaves or the last holder goes,
 -- or, on a semaphore, when a permit comes free; then only those who can

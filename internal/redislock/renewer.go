@@ -119,6 +119,20 @@ func (r *renewer) poke() {
 	}
 }
 
+// rushOne makes rn due now if it waits in the queue: its KeepAlive learns
+// at once whether its lease is still held.
+func (r *renewer) rushOne(rn *renewal) {
+	r.mu.Lock()
+	if rn.index >= 0 && rn.index < len(r.queue) && r.queue[rn.index] == rn {
+		if now := time.Now(); rn.due.After(now) {
+			rn.due = now
+			heap.Fix(&r.queue, rn.index)
+		}
+	}
+	r.mu.Unlock()
+	r.poke()
+}
+
 // rush makes every scheduled renewal due now: after Redis lost data, each
 // KeepAlive learns at once whether its lease survived.
 func (r *renewer) rush() {
@@ -228,7 +242,7 @@ func (r *renewer) send(addr string, group []*renewal) {
 		res := renewResult{sent: sent}
 		reply, err := cmds[i].Slice()
 		if err == nil {
-			r.c.noteHold(rn.ks, reply)
+			r.c.notePause(rn.ks, reply)
 		}
 		switch {
 		case err != nil:

@@ -16,6 +16,10 @@
 local id, keeper, channel, leader_channel, publish_cmd = ARGV[1], ARGV[2], ARGV[3], ARGV[4], ARGV[5]
 
 local expired = begin()
+if revoked_seen(id, keeper) then
+  tidy()
+  return {-1}
+end
 local l, refused = writer_lease(id)
 if not l then
   if expired or lost_record then

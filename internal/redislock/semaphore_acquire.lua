@@ -18,21 +18,22 @@
 --         go to the queue in arrival order
 -- ARGV[10] channel that wakes waiters
 -- ARGV[11] publish command: PUBLISH or SPUBLISH
--- Every reply starts {status, now_ms, hold_until_ms}, as acquire.lua's. Then:
---   granted:  {1, now, hold, lease_id, 'p', hold_count, fencing_token, ttl_ms,
+-- Every reply starts {status, now_ms, paused_until_ms}, as acquire.lua's. Then:
+--   granted:  {1, now, paused, lease_id, 'p', hold_count, fencing_token, ttl_ms,
 --             expire_ms, owner, available}
 --   replayed: {2, ...} the same fields, from a retried request_id's first result
---   busy:     {0, now, hold, retry_after_ms, '', available, behind}; behind
---             as in acquire.lua
---   in use:   {-4, now, hold} the key is held as a lock
---   limit:    {-5, now, hold, limit} the permits held have another limit
+--   busy:     {0, now, paused, retry_after_ms, '', available, behind,
+--             head_left}; behind and head_left as in acquire.lua
+--   in use:   {-4, now, paused} the key is held as a lock
+--   limit:    {-5, now, paused, limit} the permits held have another limit
 -- available is how many permits are left free.
 
 local limit, owner, new_id, ttl = tonumber(ARGV[1]), ARGV[2], ARGV[3], tonumber(ARGV[4])
 local attempt, given, request, grace = ARGV[5], ARGV[6], ARGV[7], tonumber(ARGV[8])
 local wait_ms, channel, publish_cmd = tonumber(ARGV[9]), ARGV[10], ARGV[11]
+waker_channel, waker_cmd = channel, publish_cmd
 
-local hold = check_marker(grace)
+local paused = check_marker(grace)
 begin()
 
 -- free is how many permits are left.
@@ -45,8 +46,8 @@ end
 -- free, the next in the queue is woken for it.
 local function granted(id, l, extra)
   add_attempt(l, attempt)
-  put_lease(id, l, extra)
   remember(request, given, id, l)
+  put_lease(id, l, extra)
   h.lim = limit
   if leave_queue(attempt) and h.nl < limit then
     local head = queue_head()
@@ -55,13 +56,13 @@ local function granted(id, l, extra)
     end
   end
   tidy()
-  local reply = lease_reply(1, hold, id, l)
+  local reply = lease_reply(1, paused, id, l)
   table.insert(reply, free())
   return reply
 end
 
 local replayed
-replayed, request = replay(request, 'p', given, owner, hold)
+replayed, request = replay(request, 'p', given, owner, paused)
 if replayed then
   table.insert(replayed, free())
   return replayed
@@ -69,11 +70,11 @@ end
 
 if h.nl > 0 and h.lim == 0 then
   tidy()
-  return {-4, now_ms, hold}
+  return {-4, now_ms, paused}
 end
 if h.nl > 0 and h.lim ~= limit then
   tidy()
-  return {-5, now_ms, hold, h.lim}
+  return {-5, now_ms, paused, h.lim}
 end
 
 -- Reentrancy: the same owner re-enters its permit.
@@ -96,18 +97,17 @@ else
     if redis.call('HEXISTS', rec, 'q:' .. attempt) == 1 then
       redis.call(publish_cmd, channel, head)
     end
-  elseif hold > now_ms then
-    blocked_for = hold - now_ms
+  elseif paused > now_ms then
+    blocked_for = paused - now_ms
   end
 end
 if blocked_for then
-  local behind = 0
+  local behind, head_left = 0, 0
   if wait_ms > 0 then
-    join_queue(attempt, wait_ms)
-    if queue_head() ~= attempt then behind = 1 end
+    behind, head_left = place_of(attempt, join_queue(attempt, wait_ms))
   end
   tidy()
-  return {0, now_ms, hold, blocked_for, '', free(), behind}
+  return {0, now_ms, paused, blocked_for, '', free(), behind, head_left}
 end
 
 local l = new_lease('p', owner, ttl)

@@ -2,6 +2,7 @@ package redislock
 
 import (
 	"context"
+	"strings"
 	"sync"
 	"time"
 
@@ -99,6 +100,10 @@ const (
 	readersWake = "r"
 	wakeAll     = "released"
 )
+
+// revokedPrefix starts the message that tells a lease's KeepAlive the
+// lease was revoked (force_release.lua): "x:<lease_id>".
+const revokedPrefix = "x:"
 
 func newSubscriber(rdb redis.UniversalClient, sharded bool) *subscriber {
 	s := &subscriber{rdb: rdb, sharded: sharded, idle: idleAfter, shards: map[string]*shard{}, stop: make(chan struct{})}
@@ -401,6 +406,13 @@ func (tp *topic) wake() {
 // head of the queue), every reader, or, for any other message, everyone.
 // Waiters that follow every message are woken each time. s.mu is held.
 func (tp *topic) deliver(payload string) {
+	if strings.HasPrefix(payload, revokedPrefix) {
+		// A lease revoked by an administrator: for its KeepAlive alone.
+		if w, ok := tp.byID[payload]; ok {
+			poke(w)
+		}
+		return
+	}
 	if w, ok := tp.byID[payload]; ok {
 		poke(w)
 	} else if payload != readersWake {

@@ -15,10 +15,13 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"github.com/lockd/lockd/internal/embedded"
+	"github.com/lockd/lockd/internal/redislock"
 )
 
 // connect opens the Redis deployment named by cfg, or the embedded store.
-func connect(cfg Config, log *slog.Logger) (redis.UniversalClient, func(), error) {
+// Every new connection to Redis is first checked by identity (the lock
+// engine's redislock.IdentityCheck).
+func connect(cfg Config, log *slog.Logger, identity *redislock.IdentityCheck) (redis.UniversalClient, func(), error) {
 	if cfg.Redis == "" {
 		// No listener: no other process on the host can reach the store.
 		st, err := embedded.StartPrivate()
@@ -33,7 +36,7 @@ func connect(cfg Config, log *slog.Logger) (redis.UniversalClient, func(), error
 	if err != nil {
 		return nil, nil, err
 	}
-	rdb, err := newRedisClient(cfg.Redis, cfg.RedisCluster, cfg.RedisMaster, password)
+	rdb, err := newRedisClient(cfg.Redis, cfg.RedisCluster, cfg.RedisMaster, password, identity.OnConnect)
 	if err != nil {
 		return nil, nil, err
 	}
@@ -76,12 +79,13 @@ func redisPassword(direct, file string) (string, error) {
 // when master names a Sentinel master). Errors never show spec itself, as
 // a URL may hold a password.
 func NewRedisClient(spec string, cluster bool, master string) (redis.UniversalClient, error) {
-	return newRedisClient(spec, cluster, master, "")
+	return newRedisClient(spec, cluster, master, "", nil)
 }
 
 // newRedisClient is NewRedisClient with a password given apart from spec
-// (empty: none, or the URL's).
-func newRedisClient(spec string, cluster bool, master, password string) (redis.UniversalClient, error) {
+// (empty: none, or the URL's), and a check of every new connection
+// (nil: none).
+func newRedisClient(spec string, cluster bool, master, password string, onConnect func(context.Context, *redis.Conn) error) (redis.UniversalClient, error) {
 	const timeout = 2 * time.Second
 	if strings.Contains(spec, "://") {
 		opt, err := redis.ParseURL(spec)
@@ -95,16 +99,17 @@ func newRedisClient(spec string, cluster bool, master, password string) (redis.U
 			opt.Password = password
 		}
 		opt.ContextTimeoutEnabled = true
+		opt.OnConnect = onConnect
 		if master != "" {
 			return redis.NewFailoverClient(&redis.FailoverOptions{
 				MasterName: master, SentinelAddrs: []string{opt.Addr}, Username: opt.Username, Password: opt.Password,
-				DB: opt.DB, TLSConfig: opt.TLSConfig, ContextTimeoutEnabled: true, DialTimeout: timeout,
+				DB: opt.DB, TLSConfig: opt.TLSConfig, ContextTimeoutEnabled: true, DialTimeout: timeout, OnConnect: onConnect,
 			}), nil
 		}
 		if cluster {
 			return redis.NewClusterClient(&redis.ClusterOptions{
 				Addrs: []string{opt.Addr}, Username: opt.Username, Password: opt.Password,
-				TLSConfig: opt.TLSConfig, ContextTimeoutEnabled: true, DialTimeout: timeout,
+				TLSConfig: opt.TLSConfig, ContextTimeoutEnabled: true, DialTimeout: timeout, OnConnect: onConnect,
 			}), nil
 		}
 		return redis.NewClient(opt), nil
@@ -128,11 +133,13 @@ func newRedisClient(spec string, cluster bool, master, password string) (redis.U
 	case len(addrs) == 0:
 		return nil, errors.New("--redis: no address given")
 	case master != "":
-		return redis.NewFailoverClient(&redis.FailoverOptions{MasterName: master, SentinelAddrs: addrs, Password: password, ContextTimeoutEnabled: true, DialTimeout: timeout}), nil
+		return redis.NewFailoverClient(&redis.FailoverOptions{MasterName: master, SentinelAddrs: addrs, Password: password,
+			ContextTimeoutEnabled: true, DialTimeout: timeout, OnConnect: onConnect}), nil
 	case len(addrs) > 1 || cluster:
-		return redis.NewClusterClient(&redis.ClusterOptions{Addrs: addrs, Password: password, ContextTimeoutEnabled: true, DialTimeout: timeout}), nil
+		return redis.NewClusterClient(&redis.ClusterOptions{Addrs: addrs, Password: password,
+			ContextTimeoutEnabled: true, DialTimeout: timeout, OnConnect: onConnect}), nil
 	}
-	return redis.NewClient(&redis.Options{Addr: addrs[0], Password: password, ContextTimeoutEnabled: true, DialTimeout: timeout}), nil
+	return redis.NewClient(&redis.Options{Addr: addrs[0], Password: password, ContextTimeoutEnabled: true, DialTimeout: timeout, OnConnect: onConnect}), nil
 }
 
 // urlProblem describes why a --redis URL does not parse without quoting

@@ -76,7 +76,7 @@ func TestRedisPasswordFromAFile(t *testing.T) {
 	} {
 		pw, err := redisPassword(tc.password, tc.file)
 		if err == nil {
-			_, err = newRedisClient(tc.spec, false, "", pw)
+			_, err = newRedisClient(tc.spec, false, "", pw, nil)
 		}
 		if err == nil || !strings.Contains(err.Error(), tc.want) {
 			t.Errorf("%s: %v, want %q", tc.name, err, tc.want)

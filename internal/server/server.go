@@ -226,7 +226,8 @@ func Run(ctx context.Context, cfg Config) error {
 	}
 
 	redis.SetLogger(redisLogger{log})
-	rdb, closeStore, err := connect(cfg, log)
+	identity := &redislock.IdentityCheck{}
+	rdb, closeStore, err := connect(cfg, log, identity)
 	if err != nil {
 		return err
 	}
@@ -243,7 +244,7 @@ func Run(ctx context.Context, cfg Config) error {
 	if err != nil {
 		return err
 	}
-	engineOpts.Prefix, engineOpts.Observer = cfg.Namespace, tel.Locks()
+	engineOpts.Prefix, engineOpts.Observer, engineOpts.IdentityCheck = cfg.Namespace, tel.Locks(), identity
 	engine := redislock.New(rdb, engineOpts)
 	defer engine.Close()
 	pctx, pcancel := context.WithTimeout(ctx, 5*time.Second)

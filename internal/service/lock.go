@@ -160,7 +160,7 @@ func (s *LockServer) acquireLimited(ctx context.Context, mode redislock.Mode, li
 	res, err := s.engine.Acquire(bctx, redislock.Request{
 		Key: req.GetKey(), Mode: mode, Limit: limit, Owner: owner, NewLeaseID: newLeaseIDFor(ctx),
 		TTL: ttl, Wait: wait,
-		RequestID: requestIDFor(ctx, req.GetRequestId()),
+		RequestID: replayableRequestID(ctx, req.GetRequestId(), req.GetOwner()),
 		// Only a call that finds the key busy and waits takes a
 		// waiter's place; one granted at once never does.
 		BeforeWait: func() (func(), error) { return s.takeWaiter(ctx) },

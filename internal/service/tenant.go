@@ -36,6 +36,20 @@ func requestIDFor(ctx context.Context, id string) string {
 	return scoped(ctx, id)
 }
 
+// replayableRequestID returns the engine's request id for a grant, whose
+// first result retries replay, scoped to its caller: the authenticated
+// client and the owner. A call without authentication and without an owner
+// has no caller to tell apart from another that happens to send the same
+// request id, so its request id is not used: no such call is ever handed
+// another's lease. It is then a call without a request id: a grant whose
+// reply was lost is undone rather than kept for a retry.
+func replayableRequestID(ctx context.Context, id, owner string) string {
+	if _, ok := auth.FromContext(ctx); !ok && owner == "" {
+		return ""
+	}
+	return requestIDFor(ctx, id)
+}
+
 func scoped(ctx context.Context, v string) string {
 	id, ok := auth.FromContext(ctx)
 	if !ok {

@@ -296,6 +296,9 @@ class LockdClient {
   async _acquireOnce(key, waitMs, opts, limit = 0) {
     const read = opts.mode === 'read';
     const requestId = crypto.randomUUID();
+    // A fresh owner of the client's own when none is asked for: lockd
+    // replays a retried requestId only to the owner that sent it.
+    const owner = opts.owner || `${this._ownerPrefix}:${crypto.randomUUID()}`;
     const ttl = duration(opts.ttlMs ?? this._defaultTtlMs);
     const sentAt = now();
     const r = limit
@@ -303,7 +306,7 @@ class LockdClient {
           `SemaphoreService.Acquire ${key}`,
           'semaphores',
           'Acquire',
-          (left) => ({ key, limit, owner: opts.owner ?? '', ttl, waitTimeout: duration(left), requestId }),
+          (left) => ({ key, limit, owner, ttl, waitTimeout: duration(left), requestId }),
           waitMs,
           opts.signal,
         )
@@ -311,7 +314,7 @@ class LockdClient {
       `${read ? 'RLock' : 'Acquire'} ${key}`,
       'locks',
       read ? 'RLock' : 'Acquire',
-      (left) => ({ key, owner: opts.owner ?? '', ttl, waitTimeout: duration(left), requestId }),
+      (left) => ({ key, owner, ttl, waitTimeout: duration(left), requestId }),
       waitMs,
       opts.signal,
     );

@@ -78,7 +78,7 @@ class Client:
 
         ``mode`` is 'write' (one holder, the default) or 'read' (many readers,
         no writer); ``ttl`` in seconds (default the client's); the same
-        ``owner`` re-enters its lease, an empty one is made up by lockd.
+        ``owner`` re-enters its lease; an empty one means a fresh owner.
         """
         while True:
             lease = self._acquire_once(key, MAX_WAIT_CHUNK, mode, ttl, owner)
@@ -268,6 +268,9 @@ class Client:
             raise ValueError(f"mode must be 'write' or 'read', got {mode!r}")
         ttl_pb = _duration(_positive(ttl if ttl is not None else self._default_ttl, "ttl"))
         request_id = str(uuid.uuid4())
+        # A fresh owner of the client's own when none is asked for: lockd
+        # replays a retried request_id only to the owner that sent it.
+        owner = owner or f"{self._owner_prefix}:{uuid.uuid4()}"
         sent_at = now()
         if limit:
             r = self._transport.call(

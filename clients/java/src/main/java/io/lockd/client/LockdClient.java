@@ -340,6 +340,9 @@ public final class LockdClient implements AutoCloseable {
       throws InterruptedException {
     Objects.requireNonNull(key, "key");
     String requestId = UUID.randomUUID().toString();
+    // A fresh owner of the client's own when none is asked for: lockd
+    // replays a retried request_id only to the owner that sent it.
+    String owner = o.owner().isEmpty() ? ownerPrefix + ":" + UUID.randomUUID() : o.owner();
     com.google.protobuf.Duration ttl = proto(o.ttl() != null ? o.ttl() : defaultTtl);
     long sent = System.nanoTime();
     io.lockd.v1.Lease granted;
@@ -352,7 +355,7 @@ public final class LockdClient implements AutoCloseable {
                   SemaphoreServiceAcquireRequest.newBuilder()
                       .setKey(key)
                       .setLimit(limit)
-                      .setOwner(o.owner())
+                      .setOwner(owner)
                       .setTtl(ttl)
                       .setWaitTimeout(proto(left))
                       .setRequestId(requestId)
@@ -370,7 +373,7 @@ public final class LockdClient implements AutoCloseable {
               left ->
                   RLockRequest.newBuilder()
                       .setKey(key)
-                      .setOwner(o.owner())
+                      .setOwner(owner)
                       .setTtl(ttl)
                       .setWaitTimeout(proto(left))
                       .setRequestId(requestId)
@@ -388,7 +391,7 @@ public final class LockdClient implements AutoCloseable {
               left ->
                   AcquireRequest.newBuilder()
                       .setKey(key)
-                      .setOwner(o.owner())
+                      .setOwner(owner)
                       .setTtl(ttl)
                       .setWaitTimeout(proto(left))
                       .setRequestId(requestId)
