@@ -19,10 +19,10 @@ import (
 	"google.golang.org/grpc/metadata"
 
 	"github.com/lockd/lockd/internal/config"
+	"github.com/lockd/lockd/internal/logtest"
 	"github.com/lockd/lockd/internal/redistest"
 	"github.com/lockd/lockd/internal/server"
 	"github.com/lockd/lockd/internal/service"
-	"github.com/lockd/lockd/internal/testlog"
 	"github.com/lockd/lockd/internal/wechat"
 	"github.com/lockd/lockd/internal/wechat/wechatfake"
 )
@@ -41,7 +41,7 @@ type stack struct {
 	redis *redistest.Server
 	fake  *wechatfake.Server
 	conn  *grpc.ClientConn // to lockd's gRPC listener
-	logs  *testlog.Buffer
+	logs  *logtest.Buffer
 	stop  func() error // shuts lockd down as SIGTERM does; Run's error
 }
 
@@ -72,7 +72,7 @@ func startStack(t *testing.T, o stackOptions) *stack {
 	if o.limits == (service.Limits{}) {
 		o.limits = service.DefaultLimits()
 	}
-	logs := &testlog.Buffer{}
+	logs := &logtest.Buffer{}
 	started := make(chan server.Addrs, 1)
 	cfg := server.Config{
 		Listen: "127.0.0.1:0", GatewayListen: "127.0.0.1:0", Redis: rs.Addr(), File: file,

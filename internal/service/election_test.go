@@ -15,10 +15,10 @@ import (
 	"google.golang.org/protobuf/types/known/durationpb"
 
 	lockdv1 "github.com/lockd/lockd/gen/lockd/v1"
+	"github.com/lockd/lockd/internal/grpctest"
 	"github.com/lockd/lockd/internal/redislock"
 	"github.com/lockd/lockd/internal/redistest"
 	"github.com/lockd/lockd/internal/service"
-	"github.com/lockd/lockd/internal/testgrpc"
 )
 
 // coordInstance is one lockd serving LockService, ElectionService and
@@ -241,8 +241,8 @@ func TestElectionBadInput(t *testing.T) {
 			return campaignErr(&lockdv1.CampaignRequest{Name: "e", Value: strings.Repeat("v", 4097)})
 		}, "value is 4097 bytes"},
 		{"a value of invalid UTF-8", func() error {
-			return testgrpc.Invoke(ctx, conn, "/lockd.v1.ElectionService/Proclaim",
-				append(append(testgrpc.String(1, "e"), testgrpc.String(2, "lease")...), testgrpc.String(3, "\xff")...))
+			return grpctest.Invoke(ctx, conn, "/lockd.v1.ElectionService/Proclaim",
+				append(append(grpctest.String(1, "e"), grpctest.String(2, "lease")...), grpctest.String(3, "\xff")...))
 		}, "value must be valid UTF-8"},
 		{"a ttl below the minimum", func() error {
 			return campaignErr(&lockdv1.CampaignRequest{Name: "e", Ttl: durationpb.New(time.Millisecond)})

@@ -14,7 +14,7 @@ import (
 	"google.golang.org/protobuf/types/known/durationpb"
 
 	lockdv1 "github.com/lockd/lockd/gen/lockd/v1"
-	"github.com/lockd/lockd/internal/locktest"
+	"github.com/lockd/lockd/internal/leasetest"
 	"github.com/lockd/lockd/internal/redistest"
 	"github.com/lockd/lockd/internal/service"
 )
@@ -255,7 +255,7 @@ func TestHoldNeverWaitsOnTheClient(t *testing.T) {
 	// Several renewals land in Redis while no send can complete.
 	var seen []time.Time
 	waitFor(t, "renewals while sends are stalled", func() bool {
-		exp, err := locktest.Expiry(ctx, rdb, "hold/stalled", id)
+		exp, err := leasetest.Expiry(ctx, rdb, "hold/stalled", id)
 		if err != nil {
 			t.Fatalf("lease gone while sends were stalled: %v", err)
 		}

@@ -22,10 +22,10 @@ import (
 	lockdv1 "github.com/lockd/lockd/gen/lockd/v1"
 	"github.com/lockd/lockd/internal/auth"
 	"github.com/lockd/lockd/internal/embedded"
+	"github.com/lockd/lockd/internal/grpctest"
 	"github.com/lockd/lockd/internal/redislock"
 	"github.com/lockd/lockd/internal/redistest"
 	"github.com/lockd/lockd/internal/service"
-	"github.com/lockd/lockd/internal/testgrpc"
 )
 
 // instance is one lockd LockService over bufconn.
@@ -192,23 +192,23 @@ func TestBadInput(t *testing.T) {
 				return err
 			}, codes.InvalidArgument, "longer than 512"},
 			{"a key of invalid UTF-8", func() error {
-				return testgrpc.Invoke(ctx, conn, "/lockd.v1.LockService/RLock", testgrpc.String(1, "bad\xc3("))
+				return grpctest.Invoke(ctx, conn, "/lockd.v1.LockService/RLock", grpctest.String(1, "bad\xc3("))
 			}, codes.InvalidArgument, "key must be valid UTF-8"},
 			{"an owner of invalid UTF-8", func() error {
-				return testgrpc.Invoke(ctx, conn, "/lockd.v1.LockService/Acquire", append(testgrpc.String(1, "k"), testgrpc.String(2, "\xff")...))
+				return grpctest.Invoke(ctx, conn, "/lockd.v1.LockService/Acquire", append(grpctest.String(1, "k"), grpctest.String(2, "\xff")...))
 			}, codes.InvalidArgument, "owner must be valid UTF-8"},
 			{"a lease_id of invalid UTF-8", func() error {
-				return testgrpc.Invoke(ctx, conn, "/lockd.v1.LockService/Release", append(testgrpc.String(1, "k"), testgrpc.String(2, "\xff")...))
+				return grpctest.Invoke(ctx, conn, "/lockd.v1.LockService/Release", append(grpctest.String(1, "k"), grpctest.String(2, "\xff")...))
 			}, codes.InvalidArgument, "lease_id must be valid UTF-8"},
 			{"garbage bytes", func() error {
-				return testgrpc.Invoke(ctx, conn, "/lockd.v1.LockService/Acquire", []byte{0xff, 0xff, 0xff})
+				return grpctest.Invoke(ctx, conn, "/lockd.v1.LockService/Acquire", []byte{0xff, 0xff, 0xff})
 			}, codes.InvalidArgument, "not a valid lockd.v1.AcquireRequest message"},
 			{"a truncated message", func() error {
-				return testgrpc.Invoke(ctx, conn, "/lockd.v1.LockService/Release", testgrpc.String(1, "k")[:2])
+				return grpctest.Invoke(ctx, conn, "/lockd.v1.LockService/Release", grpctest.String(1, "k")[:2])
 			}, codes.InvalidArgument, "not a valid lockd.v1.ReleaseRequest message"},
 			{"garbage bytes opening a KeepAlive stream", func() error {
 				var reply []byte
-				s, err := conn.NewStream(ctx, &grpc.StreamDesc{ServerStreams: true}, "/lockd.v1.LockService/KeepAlive", grpc.ForceCodecV2(testgrpc.Codec{}))
+				s, err := conn.NewStream(ctx, &grpc.StreamDesc{ServerStreams: true}, "/lockd.v1.LockService/KeepAlive", grpc.ForceCodecV2(grpctest.Codec{}))
 				if err != nil {
 					return err
 				}
