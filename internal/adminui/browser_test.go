@@ -62,7 +62,7 @@ func startLockd(t *testing.T) *lockd {
 	done := make(chan error, 1)
 	go func() {
 		done <- server.Run(ctx, server.Config{Listen: "127.0.0.1:0", HTTPListen: "127.0.0.1:0", Redis: rs.Addr(), File: file,
-			Limits: service.DefaultLimits(), HealthInterval: 50 * time.Millisecond,
+			Bounds: service.DefaultBounds(), HealthInterval: 50 * time.Millisecond,
 			Logger:  slog.New(slog.NewJSONHandler(logs, &slog.HandlerOptions{Level: slog.LevelDebug})),
 			Started: func(a server.Addrs) { started <- a }})
 	}()

@@ -47,7 +47,7 @@ type stack struct {
 
 type stackOptions struct {
 	auth   bool
-	limits service.Limits
+	bounds service.Bounds
 	hosts  []string // GatewayHosts
 	// transport, when not zero, bounds connections and streams
 	transport server.Transport
@@ -69,14 +69,14 @@ func startStack(t *testing.T, o stackOptions) *stack {
 			{Name: "admin", Token: adminToken, Admin: true},
 		}}
 	}
-	if o.limits == (service.Limits{}) {
-		o.limits = service.DefaultLimits()
+	if o.bounds == (service.Bounds{}) {
+		o.bounds = service.DefaultBounds()
 	}
 	logs := &logtest.Buffer{}
 	started := make(chan server.Addrs, 1)
 	cfg := server.Config{
 		Listen: "127.0.0.1:0", GatewayListen: "127.0.0.1:0", Redis: rs.Addr(), File: file,
-		Limits: o.limits, HealthInterval: 50 * time.Millisecond, GatewayHosts: o.hosts, Transport: o.transport,
+		Bounds: o.bounds, HealthInterval: 50 * time.Millisecond, GatewayHosts: o.hosts, Transport: o.transport,
 		Logger:  slog.New(slog.NewJSONHandler(logs, &slog.HandlerOptions{Level: slog.LevelDebug})),
 		Started: func(a server.Addrs) { started <- a },
 	}

@@ -16,7 +16,7 @@ import (
 // if it is still serving after a while.
 func runUntilDone(t *testing.T, cfg Config) (*logtest.Buffer, error) {
 	t.Helper()
-	cfg.Listen, cfg.HTTPListen, cfg.Limits = "127.0.0.1:0", "", service.DefaultLimits()
+	cfg.Listen, cfg.HTTPListen, cfg.Bounds = "127.0.0.1:0", "", service.DefaultBounds()
 	logs := &logtest.Buffer{}
 	cfg.Logger = slog.New(slog.NewJSONHandler(logs, nil))
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)

@@ -110,8 +110,9 @@ type Config struct {
 	// RedisMemoryInterval is how often Redis's memory is read, to warn
 	// before it is full; 0 means every 30s.
 	RedisMemoryInterval time.Duration
-	// Limits bound what callers may ask for.
-	Limits service.Limits
+	// Bounds bound what any caller may ask for and the pools all callers
+	// share on this replica (a client's own limits are in File).
+	Bounds service.Bounds
 	// TokenIdleAfter is how long after the last call for it an app's token
 	// stops being renewed ahead (token.Options.IdleAfter); zero is the
 	// broker's default.
@@ -144,7 +145,7 @@ func Run(ctx context.Context, cfg Config) error {
 		log = slog.Default()
 	}
 	log = slog.New(safetext.Handler(log.Handler()))
-	if err := cfg.Limits.Validate(); err != nil {
+	if err := cfg.Bounds.Validate(); err != nil {
 		return err
 	}
 	if cfg.Transport == (Transport{}) {
@@ -257,7 +258,7 @@ func Run(ctx context.Context, cfg Config) error {
 	if auditLog.log != nil {
 		lockOpts = append(lockOpts, service.WithAudit(auditLog.log))
 	}
-	locks := service.NewLockServer(engine, cfg.Limits, log, lockOpts...)
+	locks := service.NewLockServer(engine, cfg.Bounds, log, lockOpts...)
 	tel.RegisterKeepAliveStreams(locks.KeepAliveStreams)
 
 	tokenOpts := token.Options{Prefix: cfg.Namespace, Logger: log, Observer: tel.Tokens(), IdleAfter: cfg.TokenIdleAfter}
@@ -265,7 +266,7 @@ func Run(ctx context.Context, cfg Config) error {
 	if err != nil {
 		return err
 	}
-	tokens := newBrokers(bgCtx, log, broker, cfg.Limits.MaxWatches)
+	tokens := newBrokers(bgCtx, log, broker, cfg.Bounds.MaxWatches)
 	defer tokens.close()
 	reloads := &reloader{log: log, load: cfg.LoadConfig, authn: authn, brokers: tokens, rdb: rdb, opts: tokenOpts, metrics: sec, audit: auditLog,
 		locks: locks, secretFlags: secretFlagsOf(cfg), mtls: cfg.TLS.ClientCA != ""}

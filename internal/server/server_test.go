@@ -36,8 +36,8 @@ func start(t *testing.T, cfg Config) *running {
 	t.Helper()
 	cfg.Listen = "127.0.0.1:0"
 	cfg.HTTPListen = "127.0.0.1:0"
-	if cfg.Limits == (service.Limits{}) {
-		cfg.Limits = service.DefaultLimits()
+	if cfg.Bounds == (service.Bounds{}) {
+		cfg.Bounds = service.DefaultBounds()
 	}
 	if cfg.HealthInterval == 0 {
 		cfg.HealthInterval = 50 * time.Millisecond

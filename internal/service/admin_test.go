@@ -43,7 +43,7 @@ func startAdmin(t *testing.T, rdb redis.UniversalClient) adminInstance {
 	engine := redislock.New(rdb, redislock.Options{})
 	t.Cleanup(func() { _ = engine.Close() })
 	audit := &logtest.Buffer{}
-	srv := service.NewLockServer(engine, service.DefaultLimits(), slog.New(slog.NewTextHandler(audit, nil)),
+	srv := service.NewLockServer(engine, service.DefaultBounds(), slog.New(slog.NewTextHandler(audit, nil)),
 		service.WithAudit(slog.New(slog.NewJSONHandler(audit, nil))))
 	authn, err := auth.New([]auth.Client{
 		{Name: "ops", Token: opsToken, Admin: true},

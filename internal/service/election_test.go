@@ -31,10 +31,10 @@ type coordInstance struct {
 	server *service.LockServer
 }
 
-func startCoordination(t *testing.T, rdb redis.UniversalClient, limits service.Limits) coordInstance {
+func startCoordination(t *testing.T, rdb redis.UniversalClient, bounds service.Bounds) coordInstance {
 	t.Helper()
 	engine := redislock.New(rdb, redislock.Options{})
-	srv := service.NewLockServer(engine, limits, slog.New(slog.NewTextHandler(io.Discard, nil)))
+	srv := service.NewLockServer(engine, bounds, slog.New(slog.NewTextHandler(io.Discard, nil)))
 	t.Cleanup(func() { _ = engine.Close() })
 	conn := serve(t, func(gs *grpc.Server) {
 		lockdv1.RegisterLockServiceServer(gs, srv)
@@ -116,7 +116,7 @@ func observeStream(ctx context.Context, t *testing.T, ec lockdv1.ElectionService
 func TestElectionServiceContract(t *testing.T) {
 	t.Parallel()
 	eachStore(t, func(t *testing.T, rdb redis.UniversalClient) {
-		inst := startCoordination(t, rdb, service.DefaultLimits())
+		inst := startCoordination(t, rdb, service.DefaultBounds())
 		ec := inst.elect
 		ctx := timeout(t, time.Minute)
 
@@ -208,7 +208,7 @@ func TestElectionServiceContract(t *testing.T) {
 
 func TestElectionBadInput(t *testing.T) {
 	t.Parallel()
-	inst := startCoordination(t, redistest.Start(t).Client(t), service.DefaultLimits())
+	inst := startCoordination(t, redistest.Start(t).Client(t), service.DefaultBounds())
 	ec, conn := inst.elect, inst.conn
 	ctx := timeout(t, 20*time.Second)
 	campaignErr := func(req *lockdv1.CampaignRequest) error {
@@ -271,8 +271,8 @@ func TestElectionBadInput(t *testing.T) {
 func TestCampaignResumesOnAnotherReplica(t *testing.T) {
 	t.Parallel()
 	rdb := redistest.Start(t).Client(t)
-	one := startCoordination(t, rdb, service.DefaultLimits())
-	two := startCoordination(t, rdb, service.DefaultLimits())
+	one := startCoordination(t, rdb, service.DefaultBounds())
+	two := startCoordination(t, rdb, service.DefaultBounds())
 	ctx := timeout(t, time.Minute)
 	req := &lockdv1.CampaignRequest{Name: "resume", Value: "v1", Owner: "host-1", Ttl: durationpb.New(time.Minute)}
 	first := campaignStream(ctx, t, one.elect, req)
@@ -317,7 +317,7 @@ func (s *unreadCampaign) Send(*lockdv1.CampaignResponse) error {
 func TestCampaignRenewsForAClientThatNeverReads(t *testing.T) {
 	t.Parallel()
 	rdb := redistest.Start(t).Client(t)
-	inst := startCoordination(t, rdb, service.DefaultLimits())
+	inst := startCoordination(t, rdb, service.DefaultBounds())
 	ctx := timeout(t, time.Minute)
 	const ttl = time.Second
 	sctx, closeStream := context.WithCancel(ctx)

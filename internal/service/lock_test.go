@@ -35,10 +35,10 @@ type instance struct {
 	server *service.LockServer
 }
 
-func startInstance(t *testing.T, rdb redis.UniversalClient, limits service.Limits, opts ...grpc.ServerOption) instance {
+func startInstance(t *testing.T, rdb redis.UniversalClient, bounds service.Bounds, opts ...grpc.ServerOption) instance {
 	t.Helper()
 	engine := redislock.New(rdb, redislock.Options{})
-	srv := service.NewLockServer(engine, limits, slog.New(slog.NewTextHandler(io.Discard, nil)))
+	srv := service.NewLockServer(engine, bounds, slog.New(slog.NewTextHandler(io.Discard, nil)))
 	t.Cleanup(func() { _ = engine.Close() })
 	conn := serve(t, func(gs *grpc.Server) { lockdv1.RegisterLockServiceServer(gs, srv) }, opts...)
 	return instance{conn: conn, client: lockdv1.NewLockServiceClient(conn), server: srv}
@@ -114,7 +114,7 @@ func wantCode(t *testing.T, what string, err error, want codes.Code) {
 func TestLockServiceContract(t *testing.T) {
 	t.Parallel()
 	eachStore(t, func(t *testing.T, rdb redis.UniversalClient) {
-		lc := startInstance(t, rdb, service.DefaultLimits()).client
+		lc := startInstance(t, rdb, service.DefaultBounds()).client
 		ctx := timeout(t, 20*time.Second)
 
 		a, err := lc.Acquire(ctx, &lockdv1.AcquireRequest{Key: "orders/1", Owner: "a"})
@@ -173,7 +173,7 @@ func TestLockServiceContract(t *testing.T) {
 func TestBadInput(t *testing.T) {
 	t.Parallel()
 	eachStore(t, func(t *testing.T, rdb redis.UniversalClient) {
-		inst := startInstance(t, rdb, service.DefaultLimits())
+		inst := startInstance(t, rdb, service.DefaultBounds())
 		lc, conn := inst.client, inst.conn
 		ctx := timeout(t, 20*time.Second)
 		dur := durationpb.New
@@ -298,7 +298,7 @@ func TestBadInput(t *testing.T) {
 func TestKeepAliveStream(t *testing.T) {
 	t.Parallel()
 	eachStore(t, func(t *testing.T, rdb redis.UniversalClient) {
-		inst := startInstance(t, rdb, service.DefaultLimits())
+		inst := startInstance(t, rdb, service.DefaultBounds())
 		lc := inst.client
 		ctx := timeout(t, 30*time.Second)
 		const ttl = time.Second
@@ -400,7 +400,7 @@ func TestMutualExclusionAcrossInstances(t *testing.T) {
 	rdb := redistest.Start(t).Client(t)
 	var clients []lockdv1.LockServiceClient
 	for range 3 {
-		clients = append(clients, startInstance(t, rdb, service.DefaultLimits()).client)
+		clients = append(clients, startInstance(t, rdb, service.DefaultBounds()).client)
 	}
 	ctx := timeout(t, 2*time.Minute)
 	var (
@@ -452,10 +452,10 @@ func TestMutualExclusionAcrossInstances(t *testing.T) {
 func TestLimits(t *testing.T) {
 	t.Parallel()
 	rdb := redistest.Start(t).Client(t)
-	limits := service.DefaultLimits()
-	limits.MaxWaiters = 1
-	limits.MaxKeepAlives = 1
-	lc := startInstance(t, rdb, limits).client
+	bounds := service.DefaultBounds()
+	bounds.MaxWaiters = 1
+	bounds.MaxKeepAlives = 1
+	lc := startInstance(t, rdb, bounds).client
 	ctx := timeout(t, 20*time.Second)
 	a, err := lc.Acquire(ctx, &lockdv1.AcquireRequest{Key: "lim", Owner: "a"})
 	if err != nil || !a.GetAcquired() {
@@ -500,7 +500,7 @@ func TestRedisDownIsUnavailable(t *testing.T) {
 	t.Parallel()
 	srv := redistest.Start(t)
 	rdb := srv.Client(t)
-	lc := startInstance(t, rdb, service.DefaultLimits()).client
+	lc := startInstance(t, rdb, service.DefaultBounds()).client
 	ctx := timeout(t, 20*time.Second)
 	a, err := lc.Acquire(ctx, &lockdv1.AcquireRequest{Key: "down", Owner: "a"})
 	if err != nil || !a.GetAcquired() {
@@ -530,7 +530,7 @@ func waitFor(t *testing.T, what string, cond func() bool) {
 func TestDrainEndsWaiters(t *testing.T) {
 	t.Parallel()
 	rdb := redistest.Start(t).Client(t)
-	inst := startInstance(t, rdb, service.DefaultLimits())
+	inst := startInstance(t, rdb, service.DefaultBounds())
 	ctx := timeout(t, 30*time.Second)
 	if res, err := inst.client.RLock(ctx, &lockdv1.RLockRequest{Key: "drained", Owner: "r"}); err != nil || !res.GetAcquired() {
 		t.Fatal(res, err)

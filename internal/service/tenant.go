@@ -159,14 +159,14 @@ func take(ctx context.Context, total *atomic.Int64, max int, own func(*clientCou
 
 // takeWaiter counts a call about to wait for a busy key.
 func (s *LockServer) takeWaiter(ctx context.Context) (func(), error) {
-	return take(ctx, &s.waiters, s.limits.MaxWaiters,
+	return take(ctx, &s.waiters, s.bounds.MaxWaiters,
 		func(c *clientCounts) *atomic.Int64 { return &c.waiters },
 		func(l config.Limits) int { return l.Waiters }, &s.clients, "waiters")
 }
 
 // takeKeepAlive counts an open KeepAlive stream.
 func (s *LockServer) takeKeepAlive(ctx context.Context) (func(), error) {
-	return take(ctx, &s.streams, s.limits.MaxKeepAlives,
+	return take(ctx, &s.streams, s.bounds.MaxKeepAlives,
 		func(c *clientCounts) *atomic.Int64 { return &c.keepAlives },
 		func(l config.Limits) int { return l.KeepAlives }, &s.clients, "KeepAlive streams")
 }
