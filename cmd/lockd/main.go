@@ -68,7 +68,7 @@ func run(ctx context.Context, args []string, getenv func(string) string, stderr 
 }
 
 func parseFlags(args []string, getenv func(string) string, stderr io.Writer) (server.Config, slog.Level, error) {
-	cfg := server.Config{Limits: service.DefaultLimits(), Transport: server.DefaultTransport(), Version: version}
+	cfg := server.Config{Bounds: service.DefaultBounds(), Transport: server.DefaultTransport(), Version: version}
 	var level slog.Level
 	fs := flag.NewFlagSet("lockd", flag.ContinueOnError)
 	fs.SetOutput(stderr)
@@ -93,14 +93,14 @@ func parseFlags(args []string, getenv func(string) string, stderr io.Writer) (se
 	fs.StringVar(&cfg.TLS.Cert, "tls-cert", "", "PEM certificate chain for the gRPC listener (TLS)")
 	fs.StringVar(&cfg.TLS.Key, "tls-key", "", "PEM private key for --tls-cert")
 	fs.StringVar(&cfg.TLS.ClientCA, "tls-client-ca", "", "PEM CA bundle: require client certificates signed by it (mTLS)")
-	fs.DurationVar(&cfg.Limits.DefaultTTL, "default-ttl", cfg.Limits.DefaultTTL, "lease ttl when a request leaves it unset")
-	fs.DurationVar(&cfg.Limits.MinTTL, "min-ttl", cfg.Limits.MinTTL, "shortest ttl a request may ask for")
-	fs.DurationVar(&cfg.Limits.MaxTTL, "max-ttl", cfg.Limits.MaxTTL, "longest ttl a request may ask for")
-	fs.DurationVar(&cfg.Limits.MaxWait, "max-wait", cfg.Limits.MaxWait, "longest wait_timeout a request may ask for")
-	fs.IntVar(&cfg.Limits.MaxWaiters, "max-waiters", 10000, "calls waiting for a lock, a permit or an election at once on this replica; 0 = no limit")
-	fs.IntVar(&cfg.Limits.MaxKeepAlives, "max-keepalives", 20000, "KeepAlive, Hold, Campaign and Observe streams open at once on this replica; 0 = no limit")
-	fs.IntVar(&cfg.Limits.MaxWatches, "max-token-watches", 2000, "WatchAccessToken streams open at once on this replica; 0 = no limit")
-	fs.IntVar(&cfg.Limits.FairShareLeases, "fair-share-leases", 10000, "leases a client without limits.leases may hold at once through this replica, when two or more clients are configured; 0 = no limit")
+	fs.DurationVar(&cfg.Bounds.DefaultTTL, "default-ttl", cfg.Bounds.DefaultTTL, "lease ttl when a request leaves it unset")
+	fs.DurationVar(&cfg.Bounds.MinTTL, "min-ttl", cfg.Bounds.MinTTL, "shortest ttl a request may ask for")
+	fs.DurationVar(&cfg.Bounds.MaxTTL, "max-ttl", cfg.Bounds.MaxTTL, "longest ttl a request may ask for")
+	fs.DurationVar(&cfg.Bounds.MaxWait, "max-wait", cfg.Bounds.MaxWait, "longest wait_timeout a request may ask for")
+	fs.IntVar(&cfg.Bounds.MaxWaiters, "max-waiters", 10000, "calls waiting for a lock, a permit or an election at once on this replica; 0 = no limit")
+	fs.IntVar(&cfg.Bounds.MaxKeepAlives, "max-keepalives", 20000, "KeepAlive, Hold, Campaign and Observe streams open at once on this replica; 0 = no limit")
+	fs.IntVar(&cfg.Bounds.MaxWatches, "max-token-watches", 2000, "WatchAccessToken streams open at once on this replica; 0 = no limit")
+	fs.IntVar(&cfg.Bounds.FairShareLeases, "fair-share-leases", 10000, "leases a client without limits.leases may hold at once through this replica, when two or more clients are configured; 0 = no limit")
 	fs.DurationVar(&cfg.ShutdownTimeout, "shutdown-timeout", 10e9, "how long in-flight calls may drain on SIGTERM")
 	fs.DurationVar(&cfg.TokenIdleAfter, "token-idle-after", 3*time.Hour, "stop renewing an app's token (and tickets) ahead when nobody asked for it this long")
 	t := &cfg.Transport
@@ -157,7 +157,7 @@ func parseFlags(args []string, getenv func(string) string, stderr io.Writer) (se
 	cfg.GatewayHosts = hosts
 	// Not a flag: a password on the command line shows in ps.
 	cfg.RedisPassword = getenv("LOCKD_REDIS_PASSWORD")
-	if err := cfg.Limits.Validate(); err != nil {
+	if err := cfg.Bounds.Validate(); err != nil {
 		return cfg, level, err
 	}
 	if cfg.DataLossGrace < 0 || cfg.RedisWaitReplicas < 0 {

@@ -75,7 +75,7 @@ func TestParseFlags(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			tc.check(t, cfg.Listen, cfg.Redis, cfg.Reflection, cfg.Limits.MaxTTL)
+			tc.check(t, cfg.Listen, cfg.Redis, cfg.Reflection, cfg.Bounds.MaxTTL)
 		})
 	}
 }

@@ -21,10 +21,10 @@ import (
 
 	lockdv1 "github.com/lockd/lockd/gen/lockd/v1"
 	"github.com/lockd/lockd/internal/config"
+	"github.com/lockd/lockd/internal/logtest"
 	"github.com/lockd/lockd/internal/redistest"
 	"github.com/lockd/lockd/internal/server"
 	"github.com/lockd/lockd/internal/service"
-	"github.com/lockd/lockd/internal/testlog"
 	"github.com/lockd/lockd/internal/wechat"
 	"github.com/lockd/lockd/internal/wechat/wechatfake"
 )
@@ -40,7 +40,7 @@ const (
 type lockd struct {
 	http string // http://host:port
 	conn *grpc.ClientConn
-	logs *testlog.Buffer
+	logs *logtest.Buffer
 }
 
 func startLockd(t *testing.T) *lockd {
@@ -56,13 +56,13 @@ func startLockd(t *testing.T) *lockd {
 			{Name: "orders", Token: ordersToken, Locks: []string{"orders/"}, Apps: []string{"mp"}},
 		}},
 	}
-	logs := &testlog.Buffer{}
+	logs := &logtest.Buffer{}
 	started := make(chan server.Addrs, 1)
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan error, 1)
 	go func() {
 		done <- server.Run(ctx, server.Config{Listen: "127.0.0.1:0", HTTPListen: "127.0.0.1:0", Redis: rs.Addr(), File: file,
-			Limits: service.DefaultLimits(), HealthInterval: 50 * time.Millisecond,
+			Bounds: service.DefaultBounds(), HealthInterval: 50 * time.Millisecond,
 			Logger:  slog.New(slog.NewJSONHandler(logs, &slog.HandlerOptions{Level: slog.LevelDebug})),
 			Started: func(a server.Addrs) { started <- a }})
 	}()

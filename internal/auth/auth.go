@@ -33,40 +33,19 @@ import (
 	"google.golang.org/grpc/status"
 	"google.golang.org/grpc/tap"
 
+	"github.com/lockd/lockd/internal/config"
 	"github.com/lockd/lockd/internal/redislock"
 	"github.com/lockd/lockd/internal/safetext"
 )
-
-// Limits bound what one client may hold on one replica at once, so that one
-// team cannot exhaust a replica for the others. Zero means no bound of the
-// client's own: the replica-wide limits apply, and, when the Identity
-// says FairShare, the client's fair share of them.
-type Limits struct {
-	// Waiters bounds the client's lock calls waiting for a busy key.
-	Waiters int
-	// KeepAlives bounds the client's open KeepAlive, Hold, Campaign and
-	// Observe streams.
-	KeepAlives int
-	// Watches bounds the client's open WatchAccessToken streams.
-	Watches int
-	// Leases bounds the leases the client holds at once that were granted
-	// through this replica by unary calls.
-	Leases int
-	// Connections bounds the client's connections open at once on each
-	// listener.
-	Connections int
-	// RefreshesPerHour bounds the client's RefreshAccessToken calls that
-	// may lead to a mint, per app and hour.
-	RefreshesPerHour int
-}
 
 // Identity is an authenticated caller, as handlers see it.
 type Identity struct {
 	// Name is the client's name from the configuration; it appears in
 	// logs, never its token.
 	Name string
-	// Limits are the client's own limits.
-	Limits Limits
+	// Limits are the client's own limits (limits: in its auth.clients
+	// entry).
+	Limits config.Limits
 	// Admin allows the administrative calls.
 	Admin bool
 	// FairShare is set when two or more clients are configured: a limit
@@ -85,8 +64,9 @@ type Client struct {
 	Locks []string
 	// Apps are the apps whose access tokens it may read.
 	Apps []string
-	// Limits are the client's own limits.
-	Limits Limits
+	// Limits are the client's own limits (limits: in its auth.clients
+	// entry).
+	Limits config.Limits
 	// Admin allows the administrative calls.
 	Admin bool
 	// TLSSubject, when set, is the subject distinguished name (RFC 2253)

@@ -13,6 +13,7 @@ import (
 
 	lockdv1 "github.com/lockd/lockd/gen/lockd/v1"
 	"github.com/lockd/lockd/internal/auth"
+	"github.com/lockd/lockd/internal/config"
 )
 
 // tapped runs TapHandle for method with the given authorization header.
@@ -29,7 +30,7 @@ func TestTapHandleAuthenticatesAndCarriesTheIdentity(t *testing.T) {
 	var mu sync.Mutex
 	reasons := map[string]int{}
 	a, err := auth.New([]auth.Client{
-		{Name: "orders", Token: "orders-secret-token", Locks: []string{"orders/"}, Limits: auth.Limits{Waiters: 3, KeepAlives: 2, RefreshesPerHour: 5}},
+		{Name: "orders", Token: "orders-secret-token", Locks: []string{"orders/"}, Limits: config.Limits{Waiters: 3, KeepAlives: 2, RefreshesPerHour: 5}},
 		{Name: "ops", Token: "ops-secret-token", Locks: []string{""}, Admin: true},
 	}, auth.OnRefused(func(r string) { mu.Lock(); reasons[r]++; mu.Unlock() }))
 	if err != nil {
@@ -41,7 +42,7 @@ func TestTapHandleAuthenticatesAndCarriesTheIdentity(t *testing.T) {
 	}
 	id, ok := auth.FromContext(ctx)
 	// Two clients: what orders did not limit itself is its fair share.
-	if want := (auth.Identity{Name: "orders", Limits: auth.Limits{Waiters: 3, KeepAlives: 2, RefreshesPerHour: 5}, FairShare: true}); !ok || id != want {
+	if want := (auth.Identity{Name: "orders", Limits: config.Limits{Waiters: 3, KeepAlives: 2, RefreshesPerHour: 5}, FairShare: true}); !ok || id != want {
 		t.Fatalf("identity %+v %v, want %+v", id, ok, want)
 	}
 	ctx, _ = tapped(a, "/lockd.v1.LockService/Acquire", "Bearer ops-secret-token")

@@ -61,7 +61,7 @@ func newBareServerWith(b *testing.B, rdb redis.UniversalClient, opts redislock.O
 	b.Cleanup(func() { _ = engine.Close() })
 	gs := grpc.NewServer(grpc.ForceServerCodecV2(service.Codec()),
 		grpc.UnaryInterceptor(service.UnaryInterceptor), grpc.StreamInterceptor(service.StreamInterceptor))
-	lockdv1.RegisterLockServiceServer(gs, service.NewLockServer(engine, service.DefaultLimits(), slog.New(slog.NewTextHandler(io.Discard, nil))))
+	lockdv1.RegisterLockServiceServer(gs, service.NewLockServer(engine, service.DefaultBounds(), slog.New(slog.NewTextHandler(io.Discard, nil))))
 	lis, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		b.Fatal(err)
@@ -122,7 +122,7 @@ func startFull(b *testing.B, redisSpec string, auth bool) *fullServer {
 		Listen:     "127.0.0.1:0",
 		HTTPListen: "127.0.0.1:0", // /metrics served, not scraped
 		Redis:      redisSpec,
-		Limits:     service.DefaultLimits(),
+		Bounds:     service.DefaultBounds(),
 		Version:    "bench",
 		Logger:     slog.New(slog.NewJSONHandler(logged, &slog.HandlerOptions{Level: slog.LevelInfo})),
 		Started:    func(a server.Addrs) { started <- a },

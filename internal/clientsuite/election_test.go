@@ -7,7 +7,7 @@ import (
 	"time"
 
 	"github.com/lockd/lockd/client"
-	"github.com/lockd/lockd/internal/locktest"
+	"github.com/lockd/lockd/internal/leasetest"
 	"github.com/lockd/lockd/internal/redistest"
 )
 
@@ -78,7 +78,7 @@ func TestLeadershipLostBeforeAnotherIsElected(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if expiry, err := locktest.Expiry(ctx, rdb, "c/elect-cut", l.LeaseID()); err != nil || !expiry.After(now) {
+	if expiry, err := leasetest.Expiry(ctx, rdb, "c/elect-cut", l.LeaseID()); err != nil || !expiry.After(now) {
 		t.Fatalf("the leadership was over in Redis (expiry %v at %v, %v) when Lost closed", expiry, now, err)
 	}
 	if !errors.Is(l.Err(), client.ErrLost) {

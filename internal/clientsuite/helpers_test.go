@@ -37,7 +37,7 @@ func startReplica(t *testing.T, srv *redistest.Server, opts ...grpc.ServerOption
 	}
 	rdb := redis.NewClient(&redis.Options{Addr: srv.Addr(), ContextTimeoutEnabled: true})
 	engine := redislock.New(rdb, redislock.Options{})
-	locks := service.NewLockServer(engine, service.DefaultLimits(), slog.New(slog.NewTextHandler(io.Discard, nil)))
+	locks := service.NewLockServer(engine, service.DefaultBounds(), slog.New(slog.NewTextHandler(io.Discard, nil)))
 	gs := grpc.NewServer(append([]grpc.ServerOption{grpc.ForceServerCodecV2(service.Codec()),
 		grpc.UnaryInterceptor(service.UnaryInterceptor), grpc.StreamInterceptor(service.StreamInterceptor)}, opts...)...)
 	lockdv1.RegisterLockServiceServer(gs, locks)

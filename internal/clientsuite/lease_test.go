@@ -14,7 +14,7 @@ import (
 
 	"github.com/lockd/lockd/client"
 	lockdv1 "github.com/lockd/lockd/gen/lockd/v1"
-	"github.com/lockd/lockd/internal/locktest"
+	"github.com/lockd/lockd/internal/leasetest"
 	"github.com/lockd/lockd/internal/redistest"
 )
 
@@ -34,13 +34,13 @@ func TestLeaseMovesToAnotherReplica(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			locktest.Renewals(ctx, t, l, 1)
+			leasetest.Renewals(ctx, t, l, 1)
 			if how == "killed" {
 				a.kill()
 			} else {
 				a.drain()
 			}
-			locktest.Renewals(ctx, t, l, 4)
+			leasetest.Renewals(ctx, t, l, 4)
 			if res, err := raw(t, b).Acquire(ctx, &lockdv1.AcquireRequest{Key: "c/move"}); err != nil || res.GetAcquired() {
 				t.Fatalf("key taken while the lease moved: %v, %v", res, err)
 			}
@@ -69,7 +69,7 @@ func TestLeaseLeavesASilentReplica(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	locktest.Renewals(ctx, t, l, 4) // the first through a, the rest through b
+	leasetest.Renewals(ctx, t, l, 4) // the first through a, the rest through b
 	if res, err := raw(t, b).Acquire(ctx, &lockdv1.AcquireRequest{Key: "c/silent"}); err != nil || res.GetAcquired() {
 		t.Fatalf("key taken after the lease left the silent replica: %v, %v", res, err)
 	}
@@ -177,7 +177,7 @@ func TestLostBeforeTheLeaseRunsOut(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	locktest.Renewals(ctx, t, l, 1)
+	leasetest.Renewals(ctx, t, l, 1)
 	a.kill()
 	b.kill()
 	select {
@@ -191,7 +191,7 @@ func TestLostBeforeTheLeaseRunsOut(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	expiry, err := locktest.Expiry(ctx, rdb, "c/cut-off", l.ID())
+	expiry, err := leasetest.Expiry(ctx, rdb, "c/cut-off", l.ID())
 	if err != nil {
 		t.Fatalf("the lease was gone from Redis when Lost closed: %v", err)
 	}

@@ -33,7 +33,7 @@ func startRateLimiter(t *testing.T, srv *redistest.Server, opts ...grpc.ServerOp
 	}
 	rdb := redis.NewClient(&redis.Options{Addr: srv.Addr(), ContextTimeoutEnabled: true})
 	engine := redislock.New(rdb, redislock.Options{})
-	locks := service.NewLockServer(engine, service.DefaultLimits(), slog.New(slog.NewTextHandler(io.Discard, nil)))
+	locks := service.NewLockServer(engine, service.DefaultBounds(), slog.New(slog.NewTextHandler(io.Discard, nil)))
 	gs := grpc.NewServer(append([]grpc.ServerOption{grpc.ForceServerCodecV2(service.Codec()),
 		grpc.UnaryInterceptor(service.UnaryInterceptor)}, opts...)...)
 	lockdv1.RegisterRateLimitServiceServer(gs, service.NewRateLimitServer(ratelimit.New(rdb, ratelimit.Options{}), locks))

@@ -191,9 +191,11 @@ type Client struct {
 }
 
 // Limits are a client's own limits (limits: in its auth.clients entry),
-// each on one replica. A zero field is not a limit of the client's own:
-// the client is bound by the replica-wide limit, or, with two or more
-// clients configured, by its fair share of it (see docs/multi-team.md).
+// each on one replica, so that one team cannot exhaust a replica for the
+// others; package auth hands them to the services, which enforce them. A
+// zero field is not a limit of the client's own: the client is bound by
+// the replica-wide limit, or, with two or more clients configured, by its
+// fair share of it (see docs/multi-team.md).
 type Limits struct {
 	// Waiters bounds its lock calls waiting for a busy key at once.
 	Waiters int

@@ -9,7 +9,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/lockd/lockd/internal/testclock"
+	"github.com/lockd/lockd/internal/clocktest"
 	"github.com/lockd/lockd/internal/upstream"
 	"github.com/lockd/lockd/internal/wechat/wechatfake"
 )
@@ -24,7 +24,7 @@ func TestMintRenewsTheSameToken(t *testing.T) {
 	for _, api := range []string{upstream.TokenAPIV1, upstream.TokenAPILegacy} {
 		t.Run(api, func(t *testing.T) {
 			t.Parallel()
-			clock := testclock.New(time.Now())
+			clock := clocktest.New(time.Now())
 			fake := wechatfake.New(wechatfake.Options{DingTalk: map[string]string{testAppKey: testSecret}, Now: clock.Now})
 			t.Cleanup(fake.Close)
 			c, err := NewClient(upstream.Config{Provider: upstream.DingTalk, TokenAPI: api, APIBase: fake.URL(), AppID: testAppKey, Secret: testSecret}, nil)

@@ -16,14 +16,14 @@ import (
 	"google.golang.org/protobuf/types/known/durationpb"
 
 	lockdv1 "github.com/lockd/lockd/gen/lockd/v1"
+	"github.com/lockd/lockd/internal/logtest"
 	"github.com/lockd/lockd/internal/redistest"
-	"github.com/lockd/lockd/internal/testlog"
 )
 
 // cliRun is one lockd lock (or lockd token) process.
 type cliRun struct {
 	cmd  *exec.Cmd
-	out  *testlog.Buffer
+	out  *logtest.Buffer
 	done chan struct{}
 	err  error
 }
@@ -31,7 +31,7 @@ type cliRun struct {
 // startCLI runs the lockd binary with args, in dir, with env added.
 func startCLI(t *testing.T, dir string, env []string, args ...string) *cliRun {
 	t.Helper()
-	r := &cliRun{cmd: exec.Command(lockdBinary(t), args...), out: &testlog.Buffer{}, done: make(chan struct{})}
+	r := &cliRun{cmd: exec.Command(lockdBinary(t), args...), out: &logtest.Buffer{}, done: make(chan struct{})}
 	r.cmd.Dir = dir
 	r.cmd.Env = append(os.Environ(), env...)
 	r.cmd.Stdout, r.cmd.Stderr = r.out, r.out
@@ -355,7 +355,7 @@ func TestLockOnATerminal(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	out := &testlog.Buffer{}
+	out := &logtest.Buffer{}
 	cmd.Stdout, cmd.Stderr = out, out
 	if err := cmd.Start(); err != nil {
 		t.Fatal(err)

@@ -11,7 +11,7 @@ import (
 
 	"github.com/lockd/lockd/client"
 	lockdv1 "github.com/lockd/lockd/gen/lockd/v1"
-	"github.com/lockd/lockd/internal/locktest"
+	"github.com/lockd/lockd/internal/leasetest"
 	"github.com/lockd/lockd/internal/redistest"
 	"github.com/lockd/lockd/internal/wechat/wechatfake"
 )
@@ -42,7 +42,7 @@ func TestGoClientLeaseSurvivesAKilledReplica(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	locktest.Renewals(ctx, t, l, 1)
+	leasetest.Renewals(ctx, t, l, 1)
 	if m := get(t, "http://"+a.http+"/metrics"); !strings.Contains(m, "lockd_keepalive_streams 1") {
 		t.Fatalf("the lease is not kept alive through the first replica:\n%s", m)
 	}
@@ -50,7 +50,7 @@ func TestGoClientLeaseSurvivesAKilledReplica(t *testing.T) {
 		t.Fatal(err)
 	}
 	<-a.done
-	locktest.Renewals(ctx, t, l, 4) // two ttls through b
+	leasetest.Renewals(ctx, t, l, 4) // two ttls through b
 	res, err := lockdv1.NewLockServiceClient(b.dial(t)).Acquire(ctx, &lockdv1.AcquireRequest{Key: "e2e/client/kill"})
 	if err != nil || res.GetAcquired() {
 		t.Fatalf("key taken while the lease moved: %v, %v", res, err)

@@ -7,7 +7,7 @@ import (
 	"google.golang.org/grpc"
 
 	"github.com/lockd/lockd/internal/lockdtest"
-	"github.com/lockd/lockd/internal/testlog"
+	"github.com/lockd/lockd/internal/logtest"
 )
 
 // lockdBinary builds cmd/lockd once per test binary (with the race detector
@@ -23,7 +23,7 @@ type process struct {
 	cmd  *exec.Cmd
 	addr string
 	http string
-	logs *testlog.Buffer
+	logs *logtest.Buffer
 	done chan error
 }
 

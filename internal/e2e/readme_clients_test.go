@@ -13,7 +13,7 @@ import (
 	"google.golang.org/protobuf/types/known/durationpb"
 
 	lockdv1 "github.com/lockd/lockd/gen/lockd/v1"
-	"github.com/lockd/lockd/internal/testlog"
+	"github.com/lockd/lockd/internal/logtest"
 )
 
 // TestReadmeHold runs the Hold command of docs/locks.md as written (but for the
@@ -28,7 +28,7 @@ func TestReadmeHold(t *testing.T) {
 	defer cancel()
 	cmd := exec.Command("bash", "-euo", "pipefail", "-c", strings.ReplaceAll(docBlock(t, "grpcurl-hold", "sh"), "127.0.0.1:50051", p.addr))
 	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
-	out := &testlog.Buffer{}
+	out := &logtest.Buffer{}
 	cmd.Stdout, cmd.Stderr = out, out
 	if err := cmd.Start(); err != nil {
 		t.Fatal(err)

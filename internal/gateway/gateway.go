@@ -59,7 +59,7 @@ var services = map[string]func(context.Context, *runtime.ServeMux, grpc.ClientCo
 	},
 }
 
-// Limits of the HTTP server. Requests are small JSON objects: the largest
+// Bounds of the HTTP server. Requests are small JSON objects: the largest
 // lockd takes is well under 2 KiB.
 const (
 	// MaxBodyBytes bounds a request body; a larger one gets 413.
@@ -243,7 +243,7 @@ func handler(conns *tenants, guard *browserGuard) (http.Handler, error) {
 			return nil, fmt.Errorf("gateway: register %s: %w", name, err)
 		}
 	}
-	return guard.wrap(conns.wrap(defaultLimits.wrap(challenge(mux), mux), mux), mux), nil
+	return guard.wrap(conns.wrap(defaultRequestBounds.wrap(challenge(mux), mux), mux), mux), nil
 }
 
 // incomingHeader picks the HTTP headers passed on to lockd as gRPC

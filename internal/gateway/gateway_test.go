@@ -217,9 +217,9 @@ func TestTokenEndpoints(t *testing.T) {
 // lockd answers, with auth on.
 func TestErrorStatuses(t *testing.T) {
 	t.Parallel()
-	limits := service.DefaultLimits()
-	limits.MaxKeepAlives = 1
-	s := startStack(t, stackOptions{auth: true, limits: limits})
+	bounds := service.DefaultBounds()
+	bounds.MaxKeepAlives = 1
+	s := startStack(t, stackOptions{auth: true, bounds: bounds})
 
 	// The one KeepAlive stream this replica allows, held open.
 	held := s.call(t, http.MethodPost, "/v1/locks/orders/kept:acquire", ordersToken, `{"ttl":"60s"}`).ok(t, "acquire")
@@ -473,9 +473,9 @@ func durationOf(d time.Duration) *durationpb.Duration { return durationpb.New(d)
 // (resume on another replica; the lease stays held), and lockd stops.
 func TestShutdownEndsHTTPCalls(t *testing.T) {
 	t.Parallel()
-	limits := service.DefaultLimits()
-	limits.MaxWaiters = 1
-	s := startStack(t, stackOptions{limits: limits})
+	bounds := service.DefaultBounds()
+	bounds.MaxWaiters = 1
+	s := startStack(t, stackOptions{bounds: bounds})
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
 	a := s.call(t, http.MethodPost, "/v1/locks/down/held:acquire", "", `{"ttl":"60s"}`).ok(t, "acquire")

@@ -19,10 +19,10 @@ import (
 	"google.golang.org/grpc/metadata"
 
 	"github.com/lockd/lockd/internal/config"
+	"github.com/lockd/lockd/internal/logtest"
 	"github.com/lockd/lockd/internal/redistest"
 	"github.com/lockd/lockd/internal/server"
 	"github.com/lockd/lockd/internal/service"
-	"github.com/lockd/lockd/internal/testlog"
 	"github.com/lockd/lockd/internal/wechat"
 	"github.com/lockd/lockd/internal/wechat/wechatfake"
 )
@@ -41,13 +41,13 @@ type stack struct {
 	redis *redistest.Server
 	fake  *wechatfake.Server
 	conn  *grpc.ClientConn // to lockd's gRPC listener
-	logs  *testlog.Buffer
+	logs  *logtest.Buffer
 	stop  func() error // shuts lockd down as SIGTERM does; Run's error
 }
 
 type stackOptions struct {
 	auth   bool
-	limits service.Limits
+	bounds service.Bounds
 	hosts  []string // GatewayHosts
 	// transport, when not zero, bounds connections and streams
 	transport server.Transport
@@ -69,14 +69,14 @@ func startStack(t *testing.T, o stackOptions) *stack {
 			{Name: "admin", Token: adminToken, Admin: true},
 		}}
 	}
-	if o.limits == (service.Limits{}) {
-		o.limits = service.DefaultLimits()
+	if o.bounds == (service.Bounds{}) {
+		o.bounds = service.DefaultBounds()
 	}
-	logs := &testlog.Buffer{}
+	logs := &logtest.Buffer{}
 	started := make(chan server.Addrs, 1)
 	cfg := server.Config{
 		Listen: "127.0.0.1:0", GatewayListen: "127.0.0.1:0", Redis: rs.Addr(), File: file,
-		Limits: o.limits, HealthInterval: 50 * time.Millisecond, GatewayHosts: o.hosts, Transport: o.transport,
+		Bounds: o.bounds, HealthInterval: 50 * time.Millisecond, GatewayHosts: o.hosts, Transport: o.transport,
 		Logger:  slog.New(slog.NewJSONHandler(logs, &slog.HandlerOptions{Level: slog.LevelDebug})),
 		Started: func(a server.Addrs) { started <- a },
 	}

@@ -23,7 +23,7 @@ import (
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/credentials/insecure"
 
-	"github.com/lockd/lockd/internal/testlog"
+	"github.com/lockd/lockd/internal/logtest"
 )
 
 // startTimeout bounds how long a fresh process may take to become ready.
@@ -102,7 +102,7 @@ type Process struct {
 	// /readyz address.
 	Addr, HTTP string
 	// Logs collects the process's stdout and stderr.
-	Logs *testlog.Buffer
+	Logs *logtest.Buffer
 	// Done receives the process's exit (Wait's result) once; a test that
 	// only looks sends it back for Terminate and cleanup.
 	Done chan error
@@ -116,7 +116,7 @@ type Process struct {
 // failed.
 func Start(tb testing.TB, o Options) *Process {
 	tb.Helper()
-	p := &Process{Addr: FreeAddr(tb), HTTP: FreeAddr(tb), Logs: &testlog.Buffer{}, opts: o}
+	p := &Process{Addr: FreeAddr(tb), HTTP: FreeAddr(tb), Logs: &logtest.Buffer{}, opts: o}
 	tb.Cleanup(func() {
 		if p.Cmd.ProcessState == nil {
 			_ = p.Cmd.Process.Kill()

@@ -24,12 +24,13 @@
 -- may other parameters take the key over.
 --
 -- KEYS[2], when given, is the data-loss marker of the key's hash slot,
--- shared with the lock engine: "hold until" (ms), 0 when no loss was seen.
--- A missing marker means Redis lost its data: it is made again holding
--- until now + grace, as the lock scripts do. A loss seen at lost (the
--- hold less grace) means any limiter may have spent its whole burst just
--- before it, so a limiter missing, or last written before lost, counts
--- from tat >= lost + tau: never more than the limit across the loss.
+-- shared with the lock engine: "paused until" (ms), 0 when no loss was
+-- seen. A missing marker means Redis lost its data: it is made again
+-- pausing until now + grace, as the lock scripts do. A loss seen at lost
+-- (the pause's end less grace) means any limiter may have spent its
+-- whole burst just before it, so a limiter missing, or last written before
+-- lost, counts from tat >= lost + tau: never more than the limit across
+-- the loss.
 --
 -- Every script binds ARGV[1..3] = limit, period, burst.
 
@@ -82,13 +83,13 @@ local function loss_seen(grace)
     return 0
   end
   local m = redis.call('GET', marker)
-  local hold = m and tonumber(m)
-  if not hold then
-    hold = math.floor(now / 1000) + grace
-    redis.call('SET', marker, num(hold))
+  local paused = m and tonumber(m)
+  if not paused then
+    paused = math.floor(now / 1000) + grace
+    redis.call('SET', marker, num(paused))
   end
-  if hold > 0 then
-    return (hold - grace) * 1000
+  if paused > 0 then
+    return (paused - grace) * 1000
   end
   return 0
 end

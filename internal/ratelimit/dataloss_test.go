@@ -71,8 +71,8 @@ func TestRestoredLimiterIsDistrusted(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	hold := redisNow.Add(time.Millisecond).Add(grace).UnixMilli()
-	if err := rdb.Set(ctx, marker, hold, 0).Err(); err != nil {
+	paused := redisNow.Add(time.Millisecond).Add(grace).UnixMilli()
+	if err := rdb.Set(ctx, marker, paused, 0).Err(); err != nil {
 		t.Fatal(err)
 	}
 	if res := take(t, l, ratelimit.Request{Key: "k", Limit: lim}); res.Allowed {

@@ -23,7 +23,7 @@ import (
 func TestClientsWithoutLimitsGetAFairShare(t *testing.T) {
 	t.Parallel()
 	srv := redistest.Start(t)
-	r := twoTeams(t, srv, "", limitsWith(4, 4))
+	r := twoTeams(t, srv, "", boundsWith(4, 4))
 	lc := lockdv1.NewLockServiceClient(r.conn)
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
@@ -106,9 +106,9 @@ func TestClientsWithoutLimitsGetAFairShare(t *testing.T) {
 // served throughout.
 func TestHeldLeasesAreBounded(t *testing.T) {
 	t.Parallel()
-	limits := limitsWith(0, 0)
-	limits.FairShareLeases = 3
-	r := twoTeams(t, redistest.Start(t), ", limits: {leases: 4}", limits)
+	bounds := boundsWith(0, 0)
+	bounds.FairShareLeases = 3
+	r := twoTeams(t, redistest.Start(t), ", limits: {leases: 4}", bounds)
 	lc := lockdv1.NewLockServiceClient(r.conn)
 	sc := lockdv1.NewSemaphoreServiceClient(r.conn)
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)

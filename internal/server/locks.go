@@ -27,7 +27,7 @@ func lockOptions(ctx context.Context, cfg Config, rdb redis.UniversalClient, log
 	if cfg.Redis == "" {
 		return opts, nil
 	}
-	opts.DataLossGrace = min(cfg.DataLossGrace, cfg.Limits.MaxTTL)
+	opts.DataLossGrace = min(cfg.DataLossGrace, cfg.Bounds.MaxTTL)
 	cctx, cancel := context.WithTimeout(ctx, 5*time.Second)
 	err := checkEviction(cctx, rdb, cfg.RedisAllowEviction, log)
 	cancel()

@@ -7,17 +7,17 @@ import (
 	"testing"
 	"time"
 
+	"github.com/lockd/lockd/internal/logtest"
 	"github.com/lockd/lockd/internal/redistest"
 	"github.com/lockd/lockd/internal/service"
-	"github.com/lockd/lockd/internal/testlog"
 )
 
 // runUntilDone runs lockd with cfg and returns what Run returned, or fails
 // if it is still serving after a while.
-func runUntilDone(t *testing.T, cfg Config) (*testlog.Buffer, error) {
+func runUntilDone(t *testing.T, cfg Config) (*logtest.Buffer, error) {
 	t.Helper()
-	cfg.Listen, cfg.HTTPListen, cfg.Limits = "127.0.0.1:0", "", service.DefaultLimits()
-	logs := &testlog.Buffer{}
+	cfg.Listen, cfg.HTTPListen, cfg.Bounds = "127.0.0.1:0", "", service.DefaultBounds()
+	logs := &logtest.Buffer{}
 	cfg.Logger = slog.New(slog.NewJSONHandler(logs, nil))
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()

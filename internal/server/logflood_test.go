@@ -20,7 +20,7 @@ import (
 // code and client) at most once per interval, with how many were not.
 func TestCallersCannotFloodTheWarnLog(t *testing.T) {
 	t.Parallel()
-	r := start(t, Config{Redis: redistest.Start(t).Addr(), Limits: limitsWith(0, 1)})
+	r := start(t, Config{Redis: redistest.Start(t).Addr(), Bounds: boundsWith(0, 1)})
 	lc := lockdv1.NewLockServiceClient(r.conn)
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()

@@ -31,8 +31,7 @@ func authClients(file *config.Config) []auth.Client {
 	for _, c := range file.Auth.Clients {
 		clients = append(clients, auth.Client{
 			Name: c.Name, Token: string(c.Token), Locks: c.Locks, Apps: c.Apps, Admin: c.Admin, TLSSubject: c.TLSSubject,
-			Limits: auth.Limits{Waiters: c.Limits.Waiters, KeepAlives: c.Limits.KeepAlives, Watches: c.Limits.Watches,
-				Leases: c.Limits.Leases, Connections: c.Limits.Connections, RefreshesPerHour: c.Limits.RefreshesPerHour},
+			Limits: c.Limits,
 		})
 	}
 	return clients

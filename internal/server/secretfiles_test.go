@@ -10,8 +10,8 @@ import (
 	"time"
 
 	"github.com/lockd/lockd/internal/config"
+	"github.com/lockd/lockd/internal/logtest"
 	"github.com/lockd/lockd/internal/redistest"
-	"github.com/lockd/lockd/internal/testlog"
 )
 
 // TestSecretFilesOthersMayReadAreWarnedOf: --redis-password-file and a
@@ -91,7 +91,7 @@ func TestATLSKeyOthersMayReadIsWarnedOf(t *testing.T) {
 	if err := os.Chmod(key, 0o644); err != nil {
 		t.Fatal(err)
 	}
-	var logs testlog.Buffer
+	var logs logtest.Buffer
 	secretFlagsOf(Config{TLS: TLSFiles{Cert: "c", Key: key}}).warn(slog.New(slog.NewTextHandler(&logs, nil)))
 	if !strings.Contains(logs.String(), "--tls-key: "+key+" can be read by group or others (mode 0644)") {
 		t.Fatalf("no warning of the TLS key:\n%s", logs.String())

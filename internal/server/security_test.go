@@ -15,8 +15,8 @@ import (
 	"google.golang.org/protobuf/types/known/durationpb"
 
 	lockdv1 "github.com/lockd/lockd/gen/lockd/v1"
+	"github.com/lockd/lockd/internal/grpctest"
 	"github.com/lockd/lockd/internal/redistest"
-	"github.com/lockd/lockd/internal/testgrpc"
 )
 
 const ordersToken = "orders-bearer-0123456789"
@@ -52,7 +52,7 @@ func TestInputIsValidatedBeforeAuthorizationAndNeverEchoedWhole(t *testing.T) {
 		msg  string
 	}{
 		{"a key of invalid UTF-8 under the client's prefix", orders, func(ctx context.Context) error {
-			return testgrpc.Invoke(ctx, r.conn, "/lockd.v1.LockService/Acquire", testgrpc.String(1, "orders/\xff"))
+			return grpctest.Invoke(ctx, r.conn, "/lockd.v1.LockService/Acquire", grpctest.String(1, "orders/\xff"))
 		}, codes.InvalidArgument, "key must be valid UTF-8"},
 		{"a 3 MiB key outside the prefix", orders, func(ctx context.Context) error {
 			_, err := lockdv1.NewLockServiceClient(r.conn).Acquire(ctx, &lockdv1.AcquireRequest{Key: huge})
@@ -63,13 +63,13 @@ func TestInputIsValidatedBeforeAuthorizationAndNeverEchoedWhole(t *testing.T) {
 			return err
 		}, codes.PermissionDenied, `may not lock key "billing/yyy`},
 		{"garbage with a token", orders, func(ctx context.Context) error {
-			return testgrpc.Invoke(ctx, r.conn, "/lockd.v1.LockService/Acquire", []byte{0xff, 0xff})
+			return grpctest.Invoke(ctx, r.conn, "/lockd.v1.LockService/Acquire", []byte{0xff, 0xff})
 		}, codes.InvalidArgument, "not a valid lockd.v1.AcquireRequest"},
 		{"garbage without a token", ctx, func(ctx context.Context) error {
-			return testgrpc.Invoke(ctx, r.conn, "/lockd.v1.LockService/KeepAlive", []byte{0xff, 0xff})
+			return grpctest.Invoke(ctx, r.conn, "/lockd.v1.LockService/KeepAlive", []byte{0xff, 0xff})
 		}, codes.Unauthenticated, "Bearer"},
 		{"a garbage health check", ctx, func(ctx context.Context) error {
-			return testgrpc.Invoke(ctx, r.conn, "/grpc.health.v1.Health/Check", []byte{0x0a, 0x80})
+			return grpctest.Invoke(ctx, r.conn, "/grpc.health.v1.Health/Check", []byte{0x0a, 0x80})
 		}, codes.InvalidArgument, "not a valid grpc.health.v1.HealthCheckRequest"},
 	} {
 		err := tc.call(tc.ctx)

@@ -4,41 +4,26 @@
 package server
 
 import (
-	"cmp"
 	"context"
 	"crypto/tls"
-	"errors"
 	"fmt"
 	"io"
 	"log/slog"
 	"net"
 	"net/http"
-	"os"
-	"runtime"
-	"slices"
 	"sync"
 	"time"
 
 	"github.com/redis/go-redis/v9"
 	"google.golang.org/grpc"
-	"google.golang.org/grpc/credentials"
 	"google.golang.org/grpc/health"
-	healthpb "google.golang.org/grpc/health/grpc_health_v1"
-	"google.golang.org/grpc/reflection"
 
-	lockdv1 "github.com/lockd/lockd/gen/lockd/v1"
-	"github.com/lockd/lockd/internal/adminui"
 	"github.com/lockd/lockd/internal/auth"
 	"github.com/lockd/lockd/internal/config"
-	"github.com/lockd/lockd/internal/connguard"
 	"github.com/lockd/lockd/internal/gateway"
-	"github.com/lockd/lockd/internal/httpbound"
-	"github.com/lockd/lockd/internal/ratelimit"
 	"github.com/lockd/lockd/internal/redislock"
-	"github.com/lockd/lockd/internal/safetext"
 	"github.com/lockd/lockd/internal/service"
 	"github.com/lockd/lockd/internal/telemetry"
-	"github.com/lockd/lockd/internal/token"
 )
 
 // Config is everything lockd is started with.
@@ -110,8 +95,9 @@ type Config struct {
 	// RedisMemoryInterval is how often Redis's memory is read, to warn
 	// before it is full; 0 means every 30s.
 	RedisMemoryInterval time.Duration
-	// Limits bound what callers may ask for.
-	Limits service.Limits
+	// Bounds bound what any caller may ask for and the pools all callers
+	// share on this replica (a client's own limits are in File).
+	Bounds service.Bounds
 	// TokenIdleAfter is how long after the last call for it an app's token
 	// stops being renewed ahead (token.Options.IdleAfter); zero is the
 	// broker's default.
@@ -139,285 +125,195 @@ type Addrs struct {
 // NOT_SERVING, KeepAlive streams end so clients resume elsewhere, in-flight
 // calls drain (bounded by ShutdownTimeout), and the server stops.
 func Run(ctx context.Context, cfg Config) error {
-	log := cfg.Logger
-	if log == nil {
-		log = slog.Default()
-	}
-	log = slog.New(safetext.Handler(log.Handler()))
-	if err := cfg.Limits.Validate(); err != nil {
-		return err
-	}
-	if cfg.Transport == (Transport{}) {
-		cfg.Transport = DefaultTransport()
-	}
-	if err := cfg.Transport.Validate(); err != nil {
-		return err
-	}
-	if cfg.Namespace == "" {
-		cfg.Namespace = "lockd"
-	}
-	if err := validNamespace(cfg.Namespace); err != nil {
-		return err
-	}
-	if cfg.HealthInterval <= 0 {
-		cfg.HealthInterval = time.Second
-	}
-	if cfg.ShutdownTimeout <= 0 {
-		cfg.ShutdownTimeout = 10 * time.Second
-	}
-	if cfg.Stderr == nil {
-		cfg.Stderr = os.Stderr
-	}
-	auditLog, err := openAudit(cfg.AuditLog, cfg.AuditLevel, cfg.AuditFiles, cfg.Stderr)
+	r, err := newReplica(ctx, cfg)
 	if err != nil {
 		return err
 	}
-	defer auditLog.close()
-
-	tel, err := telemetry.Setup(ctx, telemetry.Options{ServiceName: "lockd", ServiceVersion: cfg.Version, Logger: log, Global: true})
-	if err != nil {
-		return fmt.Errorf("telemetry: %w", err)
-	}
-	defer func() { // runs last, once the server has stopped
-		sctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
-		defer cancel()
-		if err := tel.Shutdown(sctx); err != nil {
-			log.Warn("telemetry shutdown", "err", err)
-		}
-	}()
-	sec := tel.Security()
-
-	if err := checkTLSSubjects(cfg.File, cfg.TLS.ClientCA != ""); err != nil {
-		return err
-	}
-	authn := auth.Open(auth.OnRefused(sec.AuthRefused), auth.WithCertSubject(certSubject))
-	if err := authn.Replace(authClients(cfg.File)); err != nil {
-		return fmt.Errorf("--config: %w", err)
-	}
-	if cfg.File != nil {
-		for _, w := range cfg.File.Warnings {
-			log.Warn("config: " + w)
-		}
-	}
-	secretFlagsOf(cfg).warn(log)
-	// Refusals are logged as a summary per interval, so that a flood of
-	// them does not flood the log.
-	bgCtx, stopBackground := context.WithCancel(ctx)
-	defer stopBackground()
-	refused := newSummary(log, "refused calls before they started", 10*time.Second)
-	go refused.run(bgCtx)
-	var creds []grpc.ServerOption
-	var gatewayTLS *tls.Config
-	handshakes := newHandshakes(bgCtx, log, sec)
-	if cfg.TLS.Enabled() {
-		tc, err := newTLS(cfg.TLS, tlsEvents{log: log, reloadFailed: sec.TLSReloadFailed})
-		if err != nil {
+	defer r.stop()
+	// Each step uses what the ones before it built; stop undoes them all,
+	// however far they got.
+	for _, start := range []func(context.Context) error{
+		r.startTelemetry,  // the audit log, metrics and traces
+		r.startSecurity,   // authentication, TLS, and warnings about both
+		r.startEngine,     // Redis (or the embedded store) and the lock engine
+		r.startServices,   // the gRPC services, token brokers, reloads, health
+		r.startTransports, // the gRPC server, the gateway, the HTTP port
+	} {
+		if err := start(ctx); err != nil {
 			return err
 		}
-		go tc.watch(bgCtx)
-		sec.RegisterCertificateExpiry(tc.expiry)
-		observed := newObservedCreds(credentials.NewTLS(tc.config), log, sec.TLSHandshakeFailed, handshakes.sum)
-		creds = append(creds, grpc.Creds(gateway.Credentials(observed)))
-		gatewayTLS = tc.config
 	}
-	warnIfExposed(log, cfg.Listen, authn.Enabled(), cfg.TLS)
-	if cfg.GatewayListen != "" {
-		warnIfExposed(log, cfg.GatewayListen, authn.Enabled(), cfg.TLS)
-	}
+	return r.serve(ctx)
+}
 
-	redis.SetLogger(redisLogger{log})
-	identity := &redislock.IdentityCheck{}
-	rdb, closeStore, err := connect(cfg, log, identity)
-	if err != nil {
-		return err
-	}
-	defer closeStore()
-	if err := tel.InstrumentRedis(rdb); err != nil {
-		return fmt.Errorf("telemetry: %w", err)
-	}
-	go watchRedisMemory(bgCtx, rdb, cmp.Or(cfg.RedisMemoryInterval, redisMemoryEvery), log, sec)
+// replica is one lockd as Run builds it: each part is set by the start
+// step that builds it (and left nil by a step that failed or never ran),
+// and stopped by stop.
+type replica struct {
+	cfg Config
+	log *slog.Logger
 
-	// A Redis found unfit for locks after start-up stops lockd.
-	runCtx, stopRun := context.WithCancelCause(ctx)
-	defer stopRun(nil)
-	engineOpts, err := lockOptions(runCtx, cfg, rdb, log, stopRun)
-	if err != nil {
-		return err
-	}
-	engineOpts.Prefix, engineOpts.Observer, engineOpts.IdentityCheck = cfg.Namespace, tel.Locks(), identity
-	engine := redislock.New(rdb, engineOpts)
-	defer engine.Close()
-	pctx, pcancel := context.WithTimeout(ctx, 5*time.Second)
-	err = engine.Prepare(pctx)
-	pcancel()
-	if err != nil {
-		log.Warn("could not prepare lockd's data-loss markers yet; lock calls will", "err", err)
-	}
-	lockOpts := []service.Option{}
-	if auditLog.log != nil {
-		lockOpts = append(lockOpts, service.WithAudit(auditLog.log))
-	}
-	locks := service.NewLockServer(engine, cfg.Limits, log, lockOpts...)
-	tel.RegisterKeepAliveStreams(locks.KeepAliveStreams)
+	// background is the context of the replica's background work (log
+	// summaries, the TLS files' watch, Redis's memory watch, the token
+	// refreshers); stopBackground ends it.
+	background     context.Context
+	stopBackground context.CancelFunc
 
-	tokenOpts := token.Options{Prefix: cfg.Namespace, Logger: log, Observer: tel.Tokens(), IdleAfter: cfg.TokenIdleAfter}
-	broker, err := newBroker(rdb, cfg.File, tokenOpts)
-	if err != nil {
-		return err
-	}
-	tokens := newBrokers(bgCtx, log, broker, cfg.Limits.MaxWatches)
-	defer tokens.close()
-	reloads := &reloader{log: log, load: cfg.LoadConfig, authn: authn, brokers: tokens, rdb: rdb, opts: tokenOpts, metrics: sec, audit: auditLog,
-		locks: locks, secretFlags: secretFlagsOf(cfg), mtls: cfg.TLS.ClientCA != ""}
-	reloadCtx, stopReloads := context.WithCancel(ctx)
-	reloadsDone := make(chan struct{})
-	go func() {
-		defer close(reloadsDone)
-		reloads.watch(reloadCtx, cfg.Reload)
-	}()
-	defer func() { // before the brokers and Redis close
-		stopReloads()
-		<-reloadsDone
-	}()
+	// startTelemetry
+	audit audit
+	tel   *telemetry.Telemetry
+	sec   *telemetry.SecurityMetrics
 
-	lis, err := net.Listen("tcp", cfg.Listen)
-	if err != nil {
-		return fmt.Errorf("listen %s: %w", cfg.Listen, err)
-	}
-	conns := newConnections(bgCtx, cfg.Transport, authn, sec, log)
-	lis = conns.guard(lis, "grpc")
-	// Handlers finish their cleanup (queued writers withdrawn, holds given
-	// back) before the engine and Redis close, even after a forced Stop.
-	gate := newGate(authn, cfg.Transport.MaxHealthStreams, refused, conns)
-	hs := health.NewServer()
-	tel.RegisterServing(servingOf(hs))
-	elections, semaphores := service.NewElectionServer(locks), service.NewSemaphoreServer(locks)
-	admin := service.NewAdminServer(locks, tokens.tokens)
-	rateLimits := service.NewRateLimitServer(ratelimit.New(rdb, ratelimit.Options{
-		Prefix: cfg.Namespace, DataLoss: engine, Observer: tel.RateLimits()}), locks)
-	// newServer returns a gRPC server of lockd's services on transport t,
-	// with extra options.
-	newServer := func(t Transport, extra ...grpc.ServerOption) *grpc.Server {
-		opts := append(slices.Clone(creds), grpc.WaitForHandlers(true),
-			// Reused handler goroutines keep their grown stacks: a fresh
-			// goroutine per call spends a tenth of the CPU growing its
-			// stack. gRPC starts a fresh one whenever every worker is
-			// busy, so there are enough for the calls a replica has under
-			// way at once, not only one per core; an idle worker's stack
-			// shrinks back.
-			grpc.NumStreamWorkers(uint32(streamWorkersPerCore*runtime.GOMAXPROCS(0))),
-			// Calls without a known token are refused as their headers
-			// arrive, before they cost a goroutine or a buffer.
-			grpc.InTapHandle(gate.tap))
-		opts = append(opts, extra...)
-		opts = append(opts, t.serverOptions()...)
-		opts = append(opts, tel.GRPCServerOptions()...)
-		gs := grpc.NewServer(append(opts, interceptors(log, authn)...)...)
-		lockdv1.RegisterLockServiceServer(gs, locks)
-		lockdv1.RegisterTokenServiceServer(gs, tokens.tokens)
-		lockdv1.RegisterElectionServiceServer(gs, elections)
-		lockdv1.RegisterSemaphoreServiceServer(gs, semaphores)
-		lockdv1.RegisterAdminServiceServer(gs, admin)
-		lockdv1.RegisterRateLimitServiceServer(gs, rateLimits)
-		healthpb.RegisterHealthServer(gs, hs)
-		if cfg.Reflection {
-			reflection.Register(gs)
-		}
-		return gs
-	}
-	gs := newServer(cfg.Transport)
-	servers := []*grpc.Server{gs}
+	// startSecurity
+	authn      *auth.Authenticator
+	refused    *summary // calls refused before they started
+	handshakes *handshakes
+	creds      []grpc.ServerOption // the gRPC server's TLS, if any
+	gatewayTLS *tls.Config
 
-	watchCtx, stopWatch := context.WithCancel(ctx)
-	defer stopWatch()
-	go watchHealth(watchCtx, hs, engine.Ping, cfg.HealthInterval, log)
+	// startEngine
+	rdb        redis.UniversalClient
+	closeStore func()
+	// running ends with Run's ctx, or, with the cause, when Redis is found
+	// unfit for locks after start-up.
+	running     context.Context
+	stopRunning context.CancelCauseFunc
+	engine      *redislock.Client
 
-	addrs := Addrs{GRPC: lis.Addr().String()}
-	if cfg.GatewayListen != "" {
-		// The gateway's in-memory connections, one per client, are
-		// lockd's own: they get a server of their own without
-		// --max-connection-age, whose grace would cut long HTTP streams.
-		pipeTransport := cfg.Transport
-		pipeTransport.MaxConnectionAge, pipeTransport.MaxConnectionAgeGrace = 0, 0
-		pipe := newServer(pipeTransport, gateway.ServerOptions()...)
-		servers = append(servers, pipe)
-		gw, err := gateway.Start(pipe, gateway.Options{Listen: cfg.GatewayListen, TLS: gatewayTLS, Logger: log,
-			Authenticated: authn.Enabled, Hosts: cfg.GatewayHosts, Identify: authn.Identify, MaxConnections: cfg.Transport.MaxConnections,
-			Guard: func(l net.Listener) net.Listener { return conns.guard(l, "gateway") }, Share: conns.shareOf,
-			HandshakeFailed: handshakes.failed})
-		if err != nil {
-			lis.Close()
-			return err
-		}
-		addrs.Gateway = gw.Addr()
-		defer func() { // once the gRPC server has stopped
-			sctx, cancel := context.WithTimeout(context.Background(), time.Second)
-			defer cancel()
-			_ = gw.Shutdown(sctx)
-		}()
-	}
+	// startServices
+	locks           *service.LockServer
+	elections       *service.ElectionServer
+	semaphores      *service.SemaphoreServer
+	admin           *service.AdminServer
+	rateLimits      *service.RateLimitServer
+	tokenApps       []string // the apps of the configuration lockd started with
+	tokens          *brokers
+	stopReloads     func() // ends the reload watch and waits for it
+	health          *health.Server
+	stopHealthWatch context.CancelFunc
 
-	var httpSrv *http.Server
-	if cfg.HTTPListen != "" {
-		hl, err := net.Listen("tcp", cfg.HTTPListen)
-		if err != nil {
-			lis.Close()
-			return fmt.Errorf("listen %s: %w", cfg.HTTPListen, err)
-		}
-		addrs.HTTP = hl.Addr().String()
-		// Anyone who reaches the port may connect: connections, headers
-		// and idle keep-alives are bounded as the gateway's are.
-		uiConn, closeUI, err := gateway.InProcess(gs)
-		if err != nil {
-			hl.Close()
-			lis.Close()
-			return err
-		}
-		defer func() { _ = closeUI() }()
-		ui := adminui.Handler(adminui.Options{Admin: lockdv1.NewAdminServiceClient(uiConn), Authenticated: authn.Enabled,
-			IsAdmin: authn.IsAdminToken, Hosts: cfg.GatewayHosts})
-		httpSrv = &http.Server{Handler: conns.admitHTTP(httpHandler(hs, tel.MetricsHandler(), ui)), ReadHeaderTimeout: 5 * time.Second,
-			IdleTimeout: gateway.IdleTimeout, WriteTimeout: gateway.WriteTimeout, MaxHeaderBytes: gateway.MaxHeaderBytes,
-			ErrorLog: slog.NewLogLogger(log.Handler(), slog.LevelDebug), ConnContext: connguard.ConnContext}
-		httpbound.Reclaim(httpSrv, cfg.Transport.MaxConnections)
-		hl = conns.guard(hl, "http")
-		go func() {
-			if err := httpSrv.Serve(hl); err != nil && !errors.Is(err, http.ErrServerClosed) {
-				log.Error("http server", "err", err)
-			}
-		}()
-	}
+	// startTransports
+	grpcListener net.Listener
+	conns        *connections
+	gate         *gate
+	grpc         *grpc.Server   // the gRPC listener's server
+	servers      []*grpc.Server // grpc, and the gateway's own
+	gateway      *gateway.Gateway
+	closeUI      func() error // the admin page's connection to grpc
+	http         *http.Server
+	addrs        Addrs
 
+	// serve
+	serving bool // grpc serves grpcListener
+}
+
+// serve serves the gRPC listener until ctx ends, Redis is found unfit for
+// locks, or the listener fails; the error tells which (nil for ctx).
+func (r *replica) serve(ctx context.Context) error {
 	served := make(chan error, 1)
-	go func() { served <- gs.Serve(lis) }()
-	log.Info("lockd serving", "grpc", addrs.GRPC, "http", addrs.HTTP, "gateway", addrs.Gateway, "reflection", cfg.Reflection,
-		"tls", cfg.TLS.Enabled(), "mtls", cfg.TLS.ClientCA != "", "auth", authn.Enabled(), "token_apps", broker.Apps(),
-		"namespace", cfg.Namespace, "audit", cfg.AuditLog != "")
-	if cfg.Started != nil {
-		cfg.Started(addrs)
+	go func() { served <- r.grpc.Serve(r.grpcListener) }()
+	r.serving = true
+	r.log.Info("lockd serving", "grpc", r.addrs.GRPC, "http", r.addrs.HTTP, "gateway", r.addrs.Gateway, "reflection", r.cfg.Reflection,
+		"tls", r.cfg.TLS.Enabled(), "mtls", r.cfg.TLS.ClientCA != "", "auth", r.authn.Enabled(), "token_apps", r.tokenApps,
+		"namespace", r.cfg.Namespace, "audit", r.cfg.AuditLog != "")
+	if r.cfg.Started != nil {
+		r.cfg.Started(r.addrs)
 	}
 
+	var err error
 	select {
-	case err := <-served:
-		return fmt.Errorf("grpc server: %w", err)
-	case <-runCtx.Done():
+	case serr := <-served:
+		err = fmt.Errorf("grpc server: %w", serr)
+	case <-r.running.Done():
+		if ctx.Err() == nil {
+			err = context.Cause(r.running)
+			r.log.Error("stopping: Redis is unfit for locks", "err", err)
+		}
 	}
-	unfit := context.Cause(runCtx)
-	if ctx.Err() != nil {
-		unfit = nil
-	} else {
-		log.Error("stopping: Redis is unfit for locks", "err", unfit)
+	r.log.Info("shutting down")
+	return err
+}
+
+// stop shuts the replica down, whatever of it was built, in this one
+// order: first what clients see (health NOT_SERVING, streams ended so
+// clients resume elsewhere, calls drained, listeners closed), then what
+// the handlers used (reloads, token brokers, the lock engine, Redis),
+// last what records it all (telemetry, the audit log).
+//
+// Handlers finish their cleanup (queued writers withdrawn, holds given
+// back) before the engine and Redis close, even after a forced Stop:
+// every gRPC server waits for its handlers (grpc.WaitForHandlers).
+func (r *replica) stop() {
+	if r.stopHealthWatch != nil {
+		r.stopHealthWatch() // or it would set SERVING again
+	}
+	if r.health != nil {
+		r.health.Shutdown() // every service NOT_SERVING
+	}
+	if r.locks != nil {
+		r.locks.Drain()
+	}
+	if r.tokens != nil {
+		r.tokens.tokens.Drain()
+	}
+	r.stopServers()
+	if r.grpcListener != nil && !r.serving {
+		_ = r.grpcListener.Close()
+	}
+	if r.http != nil {
+		sctx, cancel := context.WithTimeout(context.Background(), time.Second)
+		_ = r.http.Shutdown(sctx)
+		cancel()
+	}
+	if r.closeUI != nil {
+		_ = r.closeUI()
+	}
+	if r.gateway != nil { // once the gRPC servers have stopped
+		sctx, cancel := context.WithTimeout(context.Background(), time.Second)
+		_ = r.gateway.Shutdown(sctx)
+		cancel()
 	}
 
-	log.Info("shutting down")
-	stopWatch()
-	hs.Shutdown() // every service NOT_SERVING
-	locks.Drain()
-	tokens.tokens.Drain()
+	if r.stopReloads != nil { // before the brokers and Redis close
+		r.stopReloads()
+	}
+	if r.tokens != nil {
+		r.tokens.close()
+	}
+	if r.engine != nil {
+		r.engine.Close()
+	}
+	if r.stopRunning != nil {
+		r.stopRunning(nil)
+	}
+	if r.closeStore != nil {
+		r.closeStore()
+	}
+
+	r.stopBackground()
+	if r.tel != nil {
+		sctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+		if err := r.tel.Shutdown(sctx); err != nil {
+			r.log.Warn("telemetry shutdown", "err", err)
+		}
+		cancel()
+	}
+	r.audit.close()
+	if r.serving {
+		r.log.Info("stopped")
+	}
+}
+
+// stopServers stops the gRPC servers gracefully, or, after
+// ShutdownTimeout, at once.
+func (r *replica) stopServers() {
+	if len(r.servers) == 0 {
+		return
+	}
 	stopped := make(chan struct{})
 	go func() {
 		var wg sync.WaitGroup
-		for _, s := range servers {
+		for _, s := range r.servers {
 			wg.Go(s.GracefulStop)
 		}
 		wg.Wait()
@@ -425,60 +321,10 @@ func Run(ctx context.Context, cfg Config) error {
 	}()
 	select {
 	case <-stopped:
-	case <-time.After(cfg.ShutdownTimeout):
-		log.Warn("graceful stop timed out; stopping", "timeout", cfg.ShutdownTimeout)
-		for _, s := range servers {
+	case <-time.After(r.cfg.ShutdownTimeout):
+		r.log.Warn("graceful stop timed out; stopping", "timeout", r.cfg.ShutdownTimeout)
+		for _, s := range r.servers {
 			s.Stop()
 		}
 	}
-	if httpSrv != nil {
-		sctx, cancel := context.WithTimeout(context.Background(), time.Second)
-		defer cancel()
-		_ = httpSrv.Shutdown(sctx)
-	}
-	log.Info("stopped")
-	return unfit
-}
-
-// streamWorkersPerCore is how many gRPC stream workers lockd runs per
-// core: a core serves dozens of lock calls at once, each mostly waiting
-// for Redis.
-const streamWorkersPerCore = 32
-
-// newBroker builds the token broker for the apps of file (none when nil).
-func newBroker(rdb redis.UniversalClient, file *config.Config, opts token.Options) (*token.Broker, error) {
-	var apps []token.App
-	if file != nil {
-		for _, a := range file.Apps {
-			apps = append(apps, token.App{Name: a.Name, Upstream: a.Upstream()})
-		}
-	}
-	b, err := token.New(rdb, apps, opts)
-	if err != nil {
-		return nil, fmt.Errorf("--config: %w", err)
-	}
-	return b, nil
-}
-
-// warnIfExposed warns loudly when the gRPC listener is reachable beyond
-// this host without authentication (or without TLS).
-func warnIfExposed(log *slog.Logger, listen string, authenticated bool, tls TLSFiles) {
-	host, _, err := net.SplitHostPort(listen)
-	if err != nil || loopback(host) {
-		return
-	}
-	if !authenticated {
-		log.Warn("INSECURE: listening on " + listen + " beyond loopback without authentication: anyone who can reach it can take and release every lock and read every access token; configure auth.clients in --config")
-	}
-	if !tls.Enabled() {
-		log.Warn("listening on " + listen + " beyond loopback without TLS: bearer tokens and access tokens cross the network in plaintext; set --tls-cert and --tls-key")
-	}
-}
-
-func loopback(host string) bool {
-	if host == "localhost" {
-		return true
-	}
-	ip := net.ParseIP(host)
-	return ip != nil && ip.IsLoopback()
 }

@@ -20,15 +20,15 @@ import (
 	"google.golang.org/protobuf/types/known/durationpb"
 
 	lockdv1 "github.com/lockd/lockd/gen/lockd/v1"
+	"github.com/lockd/lockd/internal/logtest"
 	"github.com/lockd/lockd/internal/redistest"
 	"github.com/lockd/lockd/internal/service"
-	"github.com/lockd/lockd/internal/testlog"
 )
 
 type running struct {
 	addrs Addrs
 	conn  *grpc.ClientConn
-	logs  *testlog.Buffer
+	logs  *logtest.Buffer
 	stop  func() error // cancels Run and returns its error
 }
 
@@ -36,13 +36,13 @@ func start(t *testing.T, cfg Config) *running {
 	t.Helper()
 	cfg.Listen = "127.0.0.1:0"
 	cfg.HTTPListen = "127.0.0.1:0"
-	if cfg.Limits == (service.Limits{}) {
-		cfg.Limits = service.DefaultLimits()
+	if cfg.Bounds == (service.Bounds{}) {
+		cfg.Bounds = service.DefaultBounds()
 	}
 	if cfg.HealthInterval == 0 {
 		cfg.HealthInterval = 50 * time.Millisecond
 	}
-	logs := &testlog.Buffer{}
+	logs := &logtest.Buffer{}
 	cfg.Logger = slog.New(slog.NewJSONHandler(logs, &slog.HandlerOptions{Level: slog.LevelDebug}))
 	started := make(chan Addrs, 1)
 	cfg.Started = func(a Addrs) { started <- a }
@@ -299,7 +299,7 @@ func (panicky) Acquire(context.Context, *lockdv1.AcquireRequest) (*lockdv1.Acqui
 
 func TestPanicIsInternalAndServerKeepsServing(t *testing.T) {
 	t.Parallel()
-	logs := &testlog.Buffer{}
+	logs := &logtest.Buffer{}
 	gs := grpc.NewServer(interceptors(slog.New(slog.NewJSONHandler(logs, nil)), nil)...)
 	lockdv1.RegisterLockServiceServer(gs, panicky{})
 	lis := listen(t)
@@ -382,7 +382,7 @@ func TestWarnIfExposed(t *testing.T) {
 		{"auth and TLS need no warning", "0.0.0.0:50051", true, TLSFiles{Cert: "c", Key: "k"}, nil},
 	}
 	for _, tc := range cases {
-		logs := &testlog.Buffer{}
+		logs := &logtest.Buffer{}
 		warnIfExposed(slog.New(slog.NewTextHandler(logs, nil)), tc.listen, tc.authenticated, tc.tls)
 		out := logs.String()
 		if len(tc.want) == 0 && out != "" {

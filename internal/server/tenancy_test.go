@@ -42,8 +42,9 @@ const (
 
 // twoTeams serves two clients whose prefixes overlap as strings: billing
 // ("billing") may lock every key of ledger ("billing-ledger/").
-// A limits argument, if given, is the replica's.
-func twoTeams(t *testing.T, srv *redistest.Server, limits string, replica ...service.Limits) *running {
+// limits is added to billing's entry; a replica argument, if given, is
+// the replica's bounds.
+func twoTeams(t *testing.T, srv *redistest.Server, limits string, replica ...service.Bounds) *running {
 	t.Helper()
 	file := parseConfig(t, `auth:
   clients:
@@ -52,7 +53,7 @@ func twoTeams(t *testing.T, srv *redistest.Server, limits string, replica ...ser
 `, map[string]string{"BILLING": billingToken, "LEDGER": ledgerToken})
 	cfg := Config{Redis: srv.Addr(), File: file}
 	if len(replica) > 0 {
-		cfg.Limits = replica[0]
+		cfg.Bounds = replica[0]
 	}
 	return start(t, cfg)
 }
@@ -144,7 +145,7 @@ func TestOneTeamAtItsLimitsLeavesOthersServed(t *testing.T) {
     - {name: billing, token_env: BILLING, locks: ["billing/"], limits: {waiters: 2, keepalives: 1}}
     - {name: ledger, token_env: LEDGER, locks: ["ledger/"]}
 `, map[string]string{"BILLING": billingToken, "LEDGER": ledgerToken})
-	r := start(t, Config{Redis: srv.Addr(), File: file, Limits: limitsWith(3, 0)})
+	r := start(t, Config{Redis: srv.Addr(), File: file, Bounds: boundsWith(3, 0)})
 	lc := lockdv1.NewLockServiceClient(r.conn)
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
@@ -220,10 +221,10 @@ func TestOneTeamAtItsLimitsLeavesOthersServed(t *testing.T) {
 	}
 }
 
-// limitsWith returns the default limits with replica-wide bounds on
+// boundsWith returns the default bounds with replica-wide bounds on
 // waiters and KeepAlive streams.
-func limitsWith(waiters, keepAlives int) service.Limits {
-	l := service.DefaultLimits()
+func boundsWith(waiters, keepAlives int) service.Bounds {
+	l := service.DefaultBounds()
 	l.MaxWaiters, l.MaxKeepAlives = waiters, keepAlives
 	return l
 }
@@ -233,7 +234,7 @@ func limitsWith(waiters, keepAlives int) service.Limits {
 // never needed to wait, so it never needed a place.
 func TestAFreeKeyTakesNoWaiterPlace(t *testing.T) {
 	t.Parallel()
-	r := start(t, Config{Redis: redistest.Start(t).Addr(), Limits: limitsWith(1, 0)})
+	r := start(t, Config{Redis: redistest.Start(t).Addr(), Bounds: boundsWith(1, 0)})
 	lc := lockdv1.NewLockServiceClient(r.conn)
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()

@@ -16,9 +16,9 @@ import (
 
 	lockdv1 "github.com/lockd/lockd/gen/lockd/v1"
 	"github.com/lockd/lockd/internal/auth"
+	"github.com/lockd/lockd/internal/logtest"
 	"github.com/lockd/lockd/internal/redislock"
 	"github.com/lockd/lockd/internal/service"
-	"github.com/lockd/lockd/internal/testlog"
 )
 
 // adminInstance is one lockd serving LockService, ElectionService,
@@ -29,7 +29,7 @@ type adminInstance struct {
 	sem   lockdv1.SemaphoreServiceClient
 	elect lockdv1.ElectionServiceClient
 	admin lockdv1.AdminServiceClient
-	audit *testlog.Buffer
+	audit *logtest.Buffer
 }
 
 const (
@@ -42,8 +42,8 @@ func startAdmin(t *testing.T, rdb redis.UniversalClient) adminInstance {
 	t.Helper()
 	engine := redislock.New(rdb, redislock.Options{})
 	t.Cleanup(func() { _ = engine.Close() })
-	audit := &testlog.Buffer{}
-	srv := service.NewLockServer(engine, service.DefaultLimits(), slog.New(slog.NewTextHandler(audit, nil)),
+	audit := &logtest.Buffer{}
+	srv := service.NewLockServer(engine, service.DefaultBounds(), slog.New(slog.NewTextHandler(audit, nil)),
 		service.WithAudit(slog.New(slog.NewJSONHandler(audit, nil))))
 	authn, err := auth.New([]auth.Client{
 		{Name: "ops", Token: opsToken, Admin: true},

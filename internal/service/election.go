@@ -14,7 +14,7 @@ import (
 )
 
 // ElectionServer serves lockd.v1.ElectionService on the lock engine. It
-// shares the LockServer's limits, per-client counts, audit log and drain:
+// shares the LockServer's bounds, per-client counts, audit log and drain:
 // a Campaign stream counts as a KeepAlive stream for its whole life (and as
 // a waiter while it waits to be elected), an Observe stream as a KeepAlive
 // stream.
@@ -25,7 +25,7 @@ type ElectionServer struct {
 }
 
 // NewElectionServer returns an ElectionServer sharing locks's engine,
-// limits and drain.
+// bounds and drain.
 func NewElectionServer(locks *LockServer) *ElectionServer {
 	return &ElectionServer{locks: locks}
 }
@@ -48,7 +48,7 @@ func (e *ElectionServer) Campaign(req *lockdv1.CampaignRequest, stream lockdv1.E
 	if err := validText("owner", req.GetOwner(), maxOwnerBytes); err != nil {
 		return err
 	}
-	ttl, err := s.limits.ttl("ttl", req.GetTtl(), s.limits.DefaultTTL)
+	ttl, err := s.bounds.ttl("ttl", req.GetTtl(), s.bounds.DefaultTTL)
 	if err != nil {
 		return err
 	}

@@ -15,10 +15,10 @@ import (
 	"google.golang.org/protobuf/types/known/durationpb"
 
 	lockdv1 "github.com/lockd/lockd/gen/lockd/v1"
+	"github.com/lockd/lockd/internal/grpctest"
 	"github.com/lockd/lockd/internal/redislock"
 	"github.com/lockd/lockd/internal/redistest"
 	"github.com/lockd/lockd/internal/service"
-	"github.com/lockd/lockd/internal/testgrpc"
 )
 
 // coordInstance is one lockd serving LockService, ElectionService and
@@ -31,10 +31,10 @@ type coordInstance struct {
 	server *service.LockServer
 }
 
-func startCoordination(t *testing.T, rdb redis.UniversalClient, limits service.Limits) coordInstance {
+func startCoordination(t *testing.T, rdb redis.UniversalClient, bounds service.Bounds) coordInstance {
 	t.Helper()
 	engine := redislock.New(rdb, redislock.Options{})
-	srv := service.NewLockServer(engine, limits, slog.New(slog.NewTextHandler(io.Discard, nil)))
+	srv := service.NewLockServer(engine, bounds, slog.New(slog.NewTextHandler(io.Discard, nil)))
 	t.Cleanup(func() { _ = engine.Close() })
 	conn := serve(t, func(gs *grpc.Server) {
 		lockdv1.RegisterLockServiceServer(gs, srv)
@@ -116,7 +116,7 @@ func observeStream(ctx context.Context, t *testing.T, ec lockdv1.ElectionService
 func TestElectionServiceContract(t *testing.T) {
 	t.Parallel()
 	eachStore(t, func(t *testing.T, rdb redis.UniversalClient) {
-		inst := startCoordination(t, rdb, service.DefaultLimits())
+		inst := startCoordination(t, rdb, service.DefaultBounds())
 		ec := inst.elect
 		ctx := timeout(t, time.Minute)
 
@@ -208,7 +208,7 @@ func TestElectionServiceContract(t *testing.T) {
 
 func TestElectionBadInput(t *testing.T) {
 	t.Parallel()
-	inst := startCoordination(t, redistest.Start(t).Client(t), service.DefaultLimits())
+	inst := startCoordination(t, redistest.Start(t).Client(t), service.DefaultBounds())
 	ec, conn := inst.elect, inst.conn
 	ctx := timeout(t, 20*time.Second)
 	campaignErr := func(req *lockdv1.CampaignRequest) error {
@@ -241,8 +241,8 @@ func TestElectionBadInput(t *testing.T) {
 			return campaignErr(&lockdv1.CampaignRequest{Name: "e", Value: strings.Repeat("v", 4097)})
 		}, "value is 4097 bytes"},
 		{"a value of invalid UTF-8", func() error {
-			return testgrpc.Invoke(ctx, conn, "/lockd.v1.ElectionService/Proclaim",
-				append(append(testgrpc.String(1, "e"), testgrpc.String(2, "lease")...), testgrpc.String(3, "\xff")...))
+			return grpctest.Invoke(ctx, conn, "/lockd.v1.ElectionService/Proclaim",
+				append(append(grpctest.String(1, "e"), grpctest.String(2, "lease")...), grpctest.String(3, "\xff")...))
 		}, "value must be valid UTF-8"},
 		{"a ttl below the minimum", func() error {
 			return campaignErr(&lockdv1.CampaignRequest{Name: "e", Ttl: durationpb.New(time.Millisecond)})
@@ -271,8 +271,8 @@ func TestElectionBadInput(t *testing.T) {
 func TestCampaignResumesOnAnotherReplica(t *testing.T) {
 	t.Parallel()
 	rdb := redistest.Start(t).Client(t)
-	one := startCoordination(t, rdb, service.DefaultLimits())
-	two := startCoordination(t, rdb, service.DefaultLimits())
+	one := startCoordination(t, rdb, service.DefaultBounds())
+	two := startCoordination(t, rdb, service.DefaultBounds())
 	ctx := timeout(t, time.Minute)
 	req := &lockdv1.CampaignRequest{Name: "resume", Value: "v1", Owner: "host-1", Ttl: durationpb.New(time.Minute)}
 	first := campaignStream(ctx, t, one.elect, req)
@@ -317,7 +317,7 @@ func (s *unreadCampaign) Send(*lockdv1.CampaignResponse) error {
 func TestCampaignRenewsForAClientThatNeverReads(t *testing.T) {
 	t.Parallel()
 	rdb := redistest.Start(t).Client(t)
-	inst := startCoordination(t, rdb, service.DefaultLimits())
+	inst := startCoordination(t, rdb, service.DefaultBounds())
 	ctx := timeout(t, time.Minute)
 	const ttl = time.Second
 	sctx, closeStream := context.WithCancel(ctx)

@@ -14,7 +14,7 @@ import (
 	"google.golang.org/protobuf/types/known/durationpb"
 
 	lockdv1 "github.com/lockd/lockd/gen/lockd/v1"
-	"github.com/lockd/lockd/internal/locktest"
+	"github.com/lockd/lockd/internal/leasetest"
 	"github.com/lockd/lockd/internal/redistest"
 	"github.com/lockd/lockd/internal/service"
 )
@@ -45,7 +45,7 @@ func recvUntilErr(stream lockdv1.LockService_HoldClient) error {
 func TestHoldContract(t *testing.T) {
 	t.Parallel()
 	eachStore(t, func(t *testing.T, rdb redis.UniversalClient) {
-		inst := startInstance(t, rdb, service.DefaultLimits())
+		inst := startInstance(t, rdb, service.DefaultBounds())
 		lc := inst.client
 		ctx := timeout(t, time.Minute)
 
@@ -98,7 +98,7 @@ func TestHoldContract(t *testing.T) {
 func TestHoldRenewsUntilLost(t *testing.T) {
 	t.Parallel()
 	eachStore(t, func(t *testing.T, rdb redis.UniversalClient) {
-		lc := startInstance(t, rdb, service.DefaultLimits()).client
+		lc := startInstance(t, rdb, service.DefaultBounds()).client
 		ctx := timeout(t, time.Minute)
 		const ttl = time.Second
 		stream, first := hold(ctx, t, lc, &lockdv1.HoldRequest{Key: "hold/renew", Owner: "a", Ttl: durationpb.New(ttl)})
@@ -140,7 +140,7 @@ func TestHoldRenewsUntilLost(t *testing.T) {
 func TestHoldReleasesTheWholeLease(t *testing.T) {
 	t.Parallel()
 	rdb := redistest.Start(t).Client(t)
-	lc := startInstance(t, rdb, service.DefaultLimits()).client
+	lc := startInstance(t, rdb, service.DefaultBounds()).client
 	ctx := timeout(t, time.Minute)
 	a, err := lc.Acquire(ctx, &lockdv1.AcquireRequest{Key: "hold/reenter", Owner: "a", Ttl: durationpb.New(time.Minute)})
 	if err != nil || !a.GetAcquired() {
@@ -166,8 +166,8 @@ func TestHoldReleasesTheWholeLease(t *testing.T) {
 func TestHoldDrainKeepsTheLease(t *testing.T) {
 	t.Parallel()
 	rdb := redistest.Start(t).Client(t)
-	inst := startInstance(t, rdb, service.DefaultLimits())
-	other := startInstance(t, rdb, service.DefaultLimits()).client
+	inst := startInstance(t, rdb, service.DefaultBounds())
+	other := startInstance(t, rdb, service.DefaultBounds()).client
 	ctx := timeout(t, time.Minute)
 	stream, res := hold(ctx, t, inst.client, &lockdv1.HoldRequest{Key: "hold/drain", Owner: "a", Ttl: durationpb.New(time.Minute)})
 	if !res.GetAcquired() {
@@ -187,9 +187,9 @@ func TestHoldDrainKeepsTheLease(t *testing.T) {
 func TestHoldBadInputAndLimits(t *testing.T) {
 	t.Parallel()
 	rdb := redistest.Start(t).Client(t)
-	limits := service.DefaultLimits()
-	limits.MaxKeepAlives = 1
-	lc := startInstance(t, rdb, limits).client
+	bounds := service.DefaultBounds()
+	bounds.MaxKeepAlives = 1
+	lc := startInstance(t, rdb, bounds).client
 	ctx := timeout(t, 30*time.Second)
 	for _, tc := range []struct {
 		name string
@@ -225,7 +225,7 @@ func TestHoldBadInputAndLimits(t *testing.T) {
 func TestHoldEndsWhenRedisLosesItsData(t *testing.T) {
 	t.Parallel()
 	srv := redistest.Start(t)
-	lc := startInstance(t, srv.Client(t), service.DefaultLimits()).client
+	lc := startInstance(t, srv.Client(t), service.DefaultBounds()).client
 	ctx := timeout(t, time.Minute)
 	stream, res := hold(ctx, t, lc, &lockdv1.HoldRequest{Key: "hold/restart", Ttl: durationpb.New(time.Second)})
 	if !res.GetAcquired() {
@@ -243,7 +243,7 @@ func TestHoldNeverWaitsOnTheClient(t *testing.T) {
 	t.Parallel()
 	rdb := redistest.Start(t).Client(t)
 	gate := &sendGate{open: make(chan struct{})}
-	lc := startInstance(t, rdb, service.DefaultLimits(), grpc.ChainStreamInterceptor(gate.intercept)).client
+	lc := startInstance(t, rdb, service.DefaultBounds(), grpc.ChainStreamInterceptor(gate.intercept)).client
 	ctx := timeout(t, time.Minute)
 	const ttl = 1500 * time.Millisecond
 	stream, first := hold(ctx, t, lc, &lockdv1.HoldRequest{Key: "hold/stalled", Ttl: durationpb.New(ttl)})
@@ -255,7 +255,7 @@ func TestHoldNeverWaitsOnTheClient(t *testing.T) {
 	// Several renewals land in Redis while no send can complete.
 	var seen []time.Time
 	waitFor(t, "renewals while sends are stalled", func() bool {
-		exp, err := locktest.Expiry(ctx, rdb, "hold/stalled", id)
+		exp, err := leasetest.Expiry(ctx, rdb, "hold/stalled", id)
 		if err != nil {
 			t.Fatalf("lease gone while sends were stalled: %v", err)
 		}

@@ -40,7 +40,7 @@ func (s *unreadStream) Send(*lockdv1.KeepAliveResponse) error {
 func TestKeepAliveRenewsForAClientThatNeverReads(t *testing.T) {
 	t.Parallel()
 	rdb := redistest.Start(t).Client(t)
-	inst := startInstance(t, rdb, service.DefaultLimits())
+	inst := startInstance(t, rdb, service.DefaultBounds())
 	ctx := timeout(t, time.Minute)
 	const ttl = time.Second
 	a, err := inst.client.Acquire(ctx, &lockdv1.AcquireRequest{Key: "unread", Owner: "a", Ttl: durationpb.New(ttl)})
@@ -83,8 +83,8 @@ func TestKeepAliveRenewsForAClientThatNeverReads(t *testing.T) {
 func TestOnlyTheNewestStreamReleasesOnClose(t *testing.T) {
 	t.Parallel()
 	rdb := redistest.Start(t).Client(t)
-	replicaA := startInstance(t, rdb, service.DefaultLimits()).client
-	replicaB := startInstance(t, rdb, service.DefaultLimits()).client
+	replicaA := startInstance(t, rdb, service.DefaultBounds()).client
+	replicaB := startInstance(t, rdb, service.DefaultBounds()).client
 	ctx := timeout(t, time.Minute)
 	a, err := replicaA.Acquire(ctx, &lockdv1.AcquireRequest{Key: "resumed", Owner: "a", Ttl: durationpb.New(time.Minute)})
 	if err != nil || !a.GetAcquired() {
@@ -140,7 +140,7 @@ func TestOnlyTheNewestStreamReleasesOnClose(t *testing.T) {
 func TestReleaseOnCloseReleasesEveryHold(t *testing.T) {
 	t.Parallel()
 	eachStore(t, func(t *testing.T, rdb redis.UniversalClient) {
-		lc := startInstance(t, rdb, service.DefaultLimits()).client
+		lc := startInstance(t, rdb, service.DefaultBounds()).client
 		ctx := timeout(t, time.Minute)
 		var lease *lockdv1.Lease
 		for range 2 {
@@ -178,7 +178,7 @@ func TestReleaseOnCloseReleasesEveryHold(t *testing.T) {
 func TestKeepAliveEndsForAClientThatStoppedReading(t *testing.T) {
 	t.Parallel()
 	rdb := redistest.Start(t).Client(t)
-	inst := startInstance(t, rdb, service.DefaultLimits())
+	inst := startInstance(t, rdb, service.DefaultBounds())
 	lc := inst.client
 	ctx := timeout(t, time.Minute)
 	key := strings.Repeat("k", 500) // big leases fill the window soon

@@ -22,7 +22,7 @@ type LockServer struct {
 	lockdv1.UnimplementedLockServiceServer
 
 	engine *redislock.Client
-	limits Limits
+	bounds Bounds
 	log    *slog.Logger
 
 	waiters atomic.Int64
@@ -46,8 +46,8 @@ func WithAudit(log *slog.Logger) Option {
 }
 
 // NewLockServer returns a LockServer on engine.
-func NewLockServer(engine *redislock.Client, limits Limits, log *slog.Logger, opts ...Option) *LockServer {
-	s := &LockServer{engine: engine, limits: limits, log: log}
+func NewLockServer(engine *redislock.Client, bounds Bounds, log *slog.Logger, opts ...Option) *LockServer {
+	s := &LockServer{engine: engine, bounds: bounds, log: log}
 	s.drained, s.drain = context.WithCancel(context.Background())
 	for _, o := range opts {
 		o(s)
@@ -127,7 +127,7 @@ func (s *LockServer) acquireLimited(ctx context.Context, mode redislock.Mode, li
 	if err := validText("request_id", req.GetRequestId(), maxRequestIDBytes); err != nil {
 		return redislock.Result{}, err
 	}
-	ttl, err := s.limits.ttl("ttl", req.GetTtl(), s.limits.DefaultTTL)
+	ttl, err := s.bounds.ttl("ttl", req.GetTtl(), s.bounds.DefaultTTL)
 	if err != nil {
 		return redislock.Result{}, err
 	}
@@ -135,8 +135,8 @@ func (s *LockServer) acquireLimited(ctx context.Context, mode redislock.Mode, li
 	if err != nil {
 		return redislock.Result{}, err
 	}
-	if wait > s.limits.MaxWait {
-		return redislock.Result{}, invalid("wait_timeout must be at most %v, got %v", s.limits.MaxWait, wait)
+	if wait > s.bounds.MaxWait {
+		return redislock.Result{}, invalid("wait_timeout must be at most %v, got %v", s.bounds.MaxWait, wait)
 	}
 	// The wait, and every Redis call, ends a little before the caller's
 	// deadline, so the answer (acquired=false, or UNAVAILABLE when Redis
@@ -153,7 +153,7 @@ func (s *LockServer) acquireLimited(ctx context.Context, mode redislock.Mode, li
 	owner := ownerFor(ctx, req.GetOwner())
 	booked := func(redislock.Result, error) {}
 	if held {
-		if booked, err = s.leases.reserve(ctx, req.GetKey(), owner, mode, s.limits.FairShareLeases); err != nil {
+		if booked, err = s.leases.reserve(ctx, req.GetKey(), owner, mode, s.bounds.FairShareLeases); err != nil {
 			return redislock.Result{}, toStatus(ctx, s.log, err)
 		}
 	}
@@ -210,7 +210,7 @@ func (s *LockServer) Renew(ctx context.Context, req *lockdv1.RenewRequest) (*loc
 	if err := validLeaseID(req.GetLeaseId()); err != nil {
 		return nil, err
 	}
-	ttl, err := s.limits.ttl("ttl", req.GetTtl(), 0)
+	ttl, err := s.bounds.ttl("ttl", req.GetTtl(), 0)
 	if err != nil {
 		return nil, err
 	}
@@ -239,7 +239,7 @@ func (s *LockServer) KeepAlive(req *lockdv1.KeepAliveRequest, stream lockdv1.Loc
 	if err := validLeaseID(req.GetLeaseId()); err != nil {
 		return err
 	}
-	ttl, err := s.limits.ttl("ttl", req.GetTtl(), 0)
+	ttl, err := s.bounds.ttl("ttl", req.GetTtl(), 0)
 	if err != nil {
 		return err
 	}

@@ -22,10 +22,10 @@ import (
 	lockdv1 "github.com/lockd/lockd/gen/lockd/v1"
 	"github.com/lockd/lockd/internal/auth"
 	"github.com/lockd/lockd/internal/embedded"
+	"github.com/lockd/lockd/internal/grpctest"
 	"github.com/lockd/lockd/internal/redislock"
 	"github.com/lockd/lockd/internal/redistest"
 	"github.com/lockd/lockd/internal/service"
-	"github.com/lockd/lockd/internal/testgrpc"
 )
 
 // instance is one lockd LockService over bufconn.
@@ -35,10 +35,10 @@ type instance struct {
 	server *service.LockServer
 }
 
-func startInstance(t *testing.T, rdb redis.UniversalClient, limits service.Limits, opts ...grpc.ServerOption) instance {
+func startInstance(t *testing.T, rdb redis.UniversalClient, bounds service.Bounds, opts ...grpc.ServerOption) instance {
 	t.Helper()
 	engine := redislock.New(rdb, redislock.Options{})
-	srv := service.NewLockServer(engine, limits, slog.New(slog.NewTextHandler(io.Discard, nil)))
+	srv := service.NewLockServer(engine, bounds, slog.New(slog.NewTextHandler(io.Discard, nil)))
 	t.Cleanup(func() { _ = engine.Close() })
 	conn := serve(t, func(gs *grpc.Server) { lockdv1.RegisterLockServiceServer(gs, srv) }, opts...)
 	return instance{conn: conn, client: lockdv1.NewLockServiceClient(conn), server: srv}
@@ -114,7 +114,7 @@ func wantCode(t *testing.T, what string, err error, want codes.Code) {
 func TestLockServiceContract(t *testing.T) {
 	t.Parallel()
 	eachStore(t, func(t *testing.T, rdb redis.UniversalClient) {
-		lc := startInstance(t, rdb, service.DefaultLimits()).client
+		lc := startInstance(t, rdb, service.DefaultBounds()).client
 		ctx := timeout(t, 20*time.Second)
 
 		a, err := lc.Acquire(ctx, &lockdv1.AcquireRequest{Key: "orders/1", Owner: "a"})
@@ -173,7 +173,7 @@ func TestLockServiceContract(t *testing.T) {
 func TestBadInput(t *testing.T) {
 	t.Parallel()
 	eachStore(t, func(t *testing.T, rdb redis.UniversalClient) {
-		inst := startInstance(t, rdb, service.DefaultLimits())
+		inst := startInstance(t, rdb, service.DefaultBounds())
 		lc, conn := inst.client, inst.conn
 		ctx := timeout(t, 20*time.Second)
 		dur := durationpb.New
@@ -192,23 +192,23 @@ func TestBadInput(t *testing.T) {
 				return err
 			}, codes.InvalidArgument, "longer than 512"},
 			{"a key of invalid UTF-8", func() error {
-				return testgrpc.Invoke(ctx, conn, "/lockd.v1.LockService/RLock", testgrpc.String(1, "bad\xc3("))
+				return grpctest.Invoke(ctx, conn, "/lockd.v1.LockService/RLock", grpctest.String(1, "bad\xc3("))
 			}, codes.InvalidArgument, "key must be valid UTF-8"},
 			{"an owner of invalid UTF-8", func() error {
-				return testgrpc.Invoke(ctx, conn, "/lockd.v1.LockService/Acquire", append(testgrpc.String(1, "k"), testgrpc.String(2, "\xff")...))
+				return grpctest.Invoke(ctx, conn, "/lockd.v1.LockService/Acquire", append(grpctest.String(1, "k"), grpctest.String(2, "\xff")...))
 			}, codes.InvalidArgument, "owner must be valid UTF-8"},
 			{"a lease_id of invalid UTF-8", func() error {
-				return testgrpc.Invoke(ctx, conn, "/lockd.v1.LockService/Release", append(testgrpc.String(1, "k"), testgrpc.String(2, "\xff")...))
+				return grpctest.Invoke(ctx, conn, "/lockd.v1.LockService/Release", append(grpctest.String(1, "k"), grpctest.String(2, "\xff")...))
 			}, codes.InvalidArgument, "lease_id must be valid UTF-8"},
 			{"garbage bytes", func() error {
-				return testgrpc.Invoke(ctx, conn, "/lockd.v1.LockService/Acquire", []byte{0xff, 0xff, 0xff})
+				return grpctest.Invoke(ctx, conn, "/lockd.v1.LockService/Acquire", []byte{0xff, 0xff, 0xff})
 			}, codes.InvalidArgument, "not a valid lockd.v1.AcquireRequest message"},
 			{"a truncated message", func() error {
-				return testgrpc.Invoke(ctx, conn, "/lockd.v1.LockService/Release", testgrpc.String(1, "k")[:2])
+				return grpctest.Invoke(ctx, conn, "/lockd.v1.LockService/Release", grpctest.String(1, "k")[:2])
 			}, codes.InvalidArgument, "not a valid lockd.v1.ReleaseRequest message"},
 			{"garbage bytes opening a KeepAlive stream", func() error {
 				var reply []byte
-				s, err := conn.NewStream(ctx, &grpc.StreamDesc{ServerStreams: true}, "/lockd.v1.LockService/KeepAlive", grpc.ForceCodecV2(testgrpc.Codec{}))
+				s, err := conn.NewStream(ctx, &grpc.StreamDesc{ServerStreams: true}, "/lockd.v1.LockService/KeepAlive", grpc.ForceCodecV2(grpctest.Codec{}))
 				if err != nil {
 					return err
 				}
@@ -298,7 +298,7 @@ func TestBadInput(t *testing.T) {
 func TestKeepAliveStream(t *testing.T) {
 	t.Parallel()
 	eachStore(t, func(t *testing.T, rdb redis.UniversalClient) {
-		inst := startInstance(t, rdb, service.DefaultLimits())
+		inst := startInstance(t, rdb, service.DefaultBounds())
 		lc := inst.client
 		ctx := timeout(t, 30*time.Second)
 		const ttl = time.Second
@@ -400,7 +400,7 @@ func TestMutualExclusionAcrossInstances(t *testing.T) {
 	rdb := redistest.Start(t).Client(t)
 	var clients []lockdv1.LockServiceClient
 	for range 3 {
-		clients = append(clients, startInstance(t, rdb, service.DefaultLimits()).client)
+		clients = append(clients, startInstance(t, rdb, service.DefaultBounds()).client)
 	}
 	ctx := timeout(t, 2*time.Minute)
 	var (
@@ -452,10 +452,10 @@ func TestMutualExclusionAcrossInstances(t *testing.T) {
 func TestLimits(t *testing.T) {
 	t.Parallel()
 	rdb := redistest.Start(t).Client(t)
-	limits := service.DefaultLimits()
-	limits.MaxWaiters = 1
-	limits.MaxKeepAlives = 1
-	lc := startInstance(t, rdb, limits).client
+	bounds := service.DefaultBounds()
+	bounds.MaxWaiters = 1
+	bounds.MaxKeepAlives = 1
+	lc := startInstance(t, rdb, bounds).client
 	ctx := timeout(t, 20*time.Second)
 	a, err := lc.Acquire(ctx, &lockdv1.AcquireRequest{Key: "lim", Owner: "a"})
 	if err != nil || !a.GetAcquired() {
@@ -500,7 +500,7 @@ func TestRedisDownIsUnavailable(t *testing.T) {
 	t.Parallel()
 	srv := redistest.Start(t)
 	rdb := srv.Client(t)
-	lc := startInstance(t, rdb, service.DefaultLimits()).client
+	lc := startInstance(t, rdb, service.DefaultBounds()).client
 	ctx := timeout(t, 20*time.Second)
 	a, err := lc.Acquire(ctx, &lockdv1.AcquireRequest{Key: "down", Owner: "a"})
 	if err != nil || !a.GetAcquired() {
@@ -530,7 +530,7 @@ func waitFor(t *testing.T, what string, cond func() bool) {
 func TestDrainEndsWaiters(t *testing.T) {
 	t.Parallel()
 	rdb := redistest.Start(t).Client(t)
-	inst := startInstance(t, rdb, service.DefaultLimits())
+	inst := startInstance(t, rdb, service.DefaultBounds())
 	ctx := timeout(t, 30*time.Second)
 	if res, err := inst.client.RLock(ctx, &lockdv1.RLockRequest{Key: "drained", Owner: "r"}); err != nil || !res.GetAcquired() {
 		t.Fatal(res, err)

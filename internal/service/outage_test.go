@@ -21,7 +21,7 @@ import (
 func TestFrozenRedis(t *testing.T) {
 	t.Parallel()
 	srv := redistest.Start(t)
-	lc := startInstance(t, srv.Client(t), service.DefaultLimits()).client
+	lc := startInstance(t, srv.Client(t), service.DefaultBounds()).client
 	ctx := timeout(t, time.Minute)
 	before, err := lc.Acquire(ctx, &lockdv1.AcquireRequest{Key: "frozen/held", Owner: "a", Ttl: durationpb.New(time.Minute)})
 	if err != nil || !before.GetAcquired() {

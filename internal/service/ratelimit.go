@@ -10,7 +10,7 @@ import (
 )
 
 // RateLimitServer serves lockd.v1.RateLimitService on a rate limiter. It
-// shares the LockServer's limits (the longest wait, the waiters a client
+// shares the LockServer's bounds (the longest wait, the waiters a client
 // and the replica may have), log and drain: a call waiting for its turn is
 // a waiter like one waiting for a lock. Keys are authorized against the
 // client's lock prefixes by the auth interceptor, as lock keys are.
@@ -22,7 +22,7 @@ type RateLimitServer struct {
 }
 
 // NewRateLimitServer returns a RateLimitServer on engine, sharing locks's
-// limits, log and drain.
+// bounds, log and drain.
 func NewRateLimitServer(engine *ratelimit.Limiter, locks *LockServer) *RateLimitServer {
 	return &RateLimitServer{engine: engine, locks: locks}
 }
@@ -47,8 +47,8 @@ func (s *RateLimitServer) Take(ctx context.Context, req *lockdv1.TakeRequest) (*
 	if err != nil {
 		return nil, err
 	}
-	if wait > s.locks.limits.MaxWait {
-		return nil, invalid("wait_timeout must be at most %v, got %v", s.locks.limits.MaxWait, wait)
+	if wait > s.locks.bounds.MaxWait {
+		return nil, invalid("wait_timeout must be at most %v, got %v", s.locks.bounds.MaxWait, wait)
 	}
 	// The wait, and the Redis call, end a little before the caller's
 	// deadline, so the answer (allowed=false, or UNAVAILABLE when Redis

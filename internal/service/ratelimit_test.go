@@ -23,17 +23,17 @@ import (
 )
 
 // rateLimitInstance is RateLimitService (with the LockServer it shares
-// limits and drain with) over bufconn, behind authn when given.
+// bounds and drain with) over bufconn, behind authn when given.
 type rateLimitInstance struct {
 	client lockdv1.RateLimitServiceClient
 	locks  *service.LockServer
 }
 
-func startRateLimits(t *testing.T, rdb redis.UniversalClient, limits service.Limits, authn *auth.Authenticator) rateLimitInstance {
+func startRateLimits(t *testing.T, rdb redis.UniversalClient, bounds service.Bounds, authn *auth.Authenticator) rateLimitInstance {
 	t.Helper()
 	engine := redislock.New(rdb, redislock.Options{})
 	t.Cleanup(func() { _ = engine.Close() })
-	locks := service.NewLockServer(engine, limits, slog.New(slog.NewTextHandler(io.Discard, nil)))
+	locks := service.NewLockServer(engine, bounds, slog.New(slog.NewTextHandler(io.Discard, nil)))
 	srv := service.NewRateLimitServer(ratelimit.New(rdb, ratelimit.Options{DataLoss: engine}), locks)
 	conn := serveWith(t, authn, func(gs *grpc.Server) { lockdv1.RegisterRateLimitServiceServer(gs, srv) })
 	return rateLimitInstance{client: lockdv1.NewRateLimitServiceClient(conn), locks: locks}
@@ -46,7 +46,7 @@ func perMinute(key string, limit uint32) *lockdv1.TakeRequest {
 func TestRateLimitServiceContract(t *testing.T) {
 	t.Parallel()
 	eachStore(t, func(t *testing.T, rdb redis.UniversalClient) {
-		rc := startRateLimits(t, rdb, service.DefaultLimits(), nil).client
+		rc := startRateLimits(t, rdb, service.DefaultBounds(), nil).client
 		ctx := timeout(t, time.Minute)
 		takeOK := func(req *lockdv1.TakeRequest) *lockdv1.TakeResponse {
 			t.Helper()
@@ -140,7 +140,7 @@ func TestRateLimitServiceAuth(t *testing.T) {
 		t.Fatal(err)
 	}
 	rdb := redistest.Start(t).Client(t)
-	rc := startRateLimits(t, rdb, service.DefaultLimits(), authn).client
+	rc := startRateLimits(t, rdb, service.DefaultBounds(), authn).client
 	orders, billing := bearer(timeout(t, time.Minute), ordersToken), bearer(timeout(t, time.Minute), billingToken)
 
 	if _, err := rc.Take(orders, perMinute("orders/api", 5)); err != nil {
@@ -167,9 +167,9 @@ func TestRateLimitServiceAuth(t *testing.T) {
 // server drains.
 func TestRateLimitWaitersAreLimitedAndDrained(t *testing.T) {
 	t.Parallel()
-	limits := service.DefaultLimits()
-	limits.MaxWaiters = 1
-	inst := startRateLimits(t, redistest.Start(t).Client(t), limits, nil)
+	bounds := service.DefaultBounds()
+	bounds.MaxWaiters = 1
+	inst := startRateLimits(t, redistest.Start(t).Client(t), bounds, nil)
 	ctx := timeout(t, 10*time.Minute)
 	req := &lockdv1.TakeRequest{Key: "k", Limit: 60, Period: durationpb.New(time.Hour), Burst: 1}
 	if _, err := inst.client.Take(ctx, req); err != nil {

@@ -17,7 +17,7 @@ import (
 // the first holds the key, and never handed the first one's lease.
 func TestOwnerlessCallersNeverShareALease(t *testing.T) {
 	t.Parallel()
-	lc := startInstance(t, redistest.Start(t).Client(t), service.DefaultLimits()).client
+	lc := startInstance(t, redistest.Start(t).Client(t), service.DefaultBounds()).client
 	ctx := timeout(t, 30*time.Second)
 	req := &lockdv1.AcquireRequest{Key: "rid/shared", RequestId: "retry-1", Ttl: durationpb.New(time.Minute)}
 	x, err := lc.Acquire(ctx, req)

@@ -8,7 +8,7 @@ import (
 )
 
 // SemaphoreServer serves lockd.v1.SemaphoreService on the lock engine. It
-// shares the LockServer's limits, per-client counts, audit log and drain:
+// shares the LockServer's bounds, per-client counts, audit log and drain:
 // a permit is a lease like any other, released, renewed and kept alive
 // through LockService.
 type SemaphoreServer struct {
@@ -18,7 +18,7 @@ type SemaphoreServer struct {
 }
 
 // NewSemaphoreServer returns a SemaphoreServer sharing locks's engine,
-// limits and drain.
+// bounds and drain.
 func NewSemaphoreServer(locks *LockServer) *SemaphoreServer {
 	return &SemaphoreServer{locks: locks}
 }

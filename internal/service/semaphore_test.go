@@ -21,7 +21,7 @@ import (
 func TestSemaphoreServiceContract(t *testing.T) {
 	t.Parallel()
 	eachStore(t, func(t *testing.T, rdb redis.UniversalClient) {
-		inst := startCoordination(t, rdb, service.DefaultLimits())
+		inst := startCoordination(t, rdb, service.DefaultBounds())
 		sc, lc := inst.sem, inst.locks
 		ctx := timeout(t, time.Minute)
 		take := func(owner string, limit uint32) *lockdv1.SemaphoreServiceAcquireResponse {
@@ -95,7 +95,7 @@ func TestSemaphoreServiceContract(t *testing.T) {
 
 func TestSemaphoreBadInput(t *testing.T) {
 	t.Parallel()
-	sc := startCoordination(t, redistest.Start(t).Client(t), service.DefaultLimits()).sem
+	sc := startCoordination(t, redistest.Start(t).Client(t), service.DefaultBounds()).sem
 	ctx := timeout(t, 20*time.Second)
 	for _, tc := range []struct {
 		name string
@@ -124,7 +124,7 @@ func TestCoordinationAcrossInstances(t *testing.T) {
 	rdb := redistest.Start(t).Client(t)
 	var insts []coordInstance
 	for range 3 {
-		insts = append(insts, startCoordination(t, rdb, service.DefaultLimits()))
+		insts = append(insts, startCoordination(t, rdb, service.DefaultBounds()))
 	}
 	ctx := timeout(t, 2*time.Minute)
 	const (

@@ -7,6 +7,7 @@ import (
 	"sync/atomic"
 
 	"github.com/lockd/lockd/internal/auth"
+	"github.com/lockd/lockd/internal/config"
 	"github.com/lockd/lockd/internal/redislock"
 )
 
@@ -119,7 +120,7 @@ func clientLimit(id auth.Identity, own, pool int) (n int, fair bool) {
 // watchLimit is a client's own bound on WatchAccessToken streams: its
 // watches limit, or, when it set none, its keepalives limit, which bounded
 // them before watches had a limit of their own.
-func watchLimit(l auth.Limits) int {
+func watchLimit(l config.Limits) int {
 	if l.Watches > 0 {
 		return l.Watches
 	}
@@ -130,7 +131,7 @@ func watchLimit(l auth.Limits) int {
 // 0 meaning none) and the caller's own (bounded by its limit, or its fair
 // share of max), or neither when either is full. what names the resource
 // in the error.
-func take(ctx context.Context, total *atomic.Int64, max int, own func(*clientCounts) *atomic.Int64, ownLimit func(auth.Limits) int, clients *perClient, what string) (func(), error) {
+func take(ctx context.Context, total *atomic.Int64, max int, own func(*clientCounts) *atomic.Int64, ownLimit func(config.Limits) int, clients *perClient, what string) (func(), error) {
 	var mine *atomic.Int64
 	if id, ok := auth.FromContext(ctx); ok {
 		if n, fair := clientLimit(id, ownLimit(id.Limits), max); n > 0 {
@@ -158,14 +159,14 @@ func take(ctx context.Context, total *atomic.Int64, max int, own func(*clientCou
 
 // takeWaiter counts a call about to wait for a busy key.
 func (s *LockServer) takeWaiter(ctx context.Context) (func(), error) {
-	return take(ctx, &s.waiters, s.limits.MaxWaiters,
+	return take(ctx, &s.waiters, s.bounds.MaxWaiters,
 		func(c *clientCounts) *atomic.Int64 { return &c.waiters },
-		func(l auth.Limits) int { return l.Waiters }, &s.clients, "waiters")
+		func(l config.Limits) int { return l.Waiters }, &s.clients, "waiters")
 }
 
 // takeKeepAlive counts an open KeepAlive stream.
 func (s *LockServer) takeKeepAlive(ctx context.Context) (func(), error) {
-	return take(ctx, &s.streams, s.limits.MaxKeepAlives,
+	return take(ctx, &s.streams, s.bounds.MaxKeepAlives,
 		func(c *clientCounts) *atomic.Int64 { return &c.keepAlives },
-		func(l auth.Limits) int { return l.KeepAlives }, &s.clients, "KeepAlive streams")
+		func(l config.Limits) int { return l.KeepAlives }, &s.clients, "KeepAlive streams")
 }

@@ -15,10 +15,10 @@ import (
 
 	lockdv1 "github.com/lockd/lockd/gen/lockd/v1"
 	"github.com/lockd/lockd/internal/auth"
+	"github.com/lockd/lockd/internal/clocktest"
+	"github.com/lockd/lockd/internal/logtest"
 	"github.com/lockd/lockd/internal/redistest"
 	"github.com/lockd/lockd/internal/service"
-	"github.com/lockd/lockd/internal/testclock"
-	"github.com/lockd/lockd/internal/testlog"
 	"github.com/lockd/lockd/internal/token"
 	"github.com/lockd/lockd/internal/wechat/wechatfake"
 )
@@ -38,10 +38,10 @@ func startAuthedTokenServer(t *testing.T, broker *token.Broker, log *slog.Logger
 
 // newBroker returns a broker serving the first three test apps on a fake
 // upstream, logging into the buffer it returns.
-func newBroker(t *testing.T, opts token.Options) (*token.Broker, *wechatfake.Server, *testlog.Buffer) {
+func newBroker(t *testing.T, opts token.Options) (*token.Broker, *wechatfake.Server, *logtest.Buffer) {
 	t.Helper()
 	fake := newTokenFake(t)
-	logs := &testlog.Buffer{}
+	logs := &logtest.Buffer{}
 	opts.Logger = slog.New(slog.NewJSONHandler(logs, nil))
 	var apps []token.App
 	for _, a := range tokenApps[:3] {
@@ -57,7 +57,7 @@ func newBroker(t *testing.T, opts token.Options) (*token.Broker, *wechatfake.Ser
 
 func TestAClientOverItsRefreshLimitIsResourceExhausted(t *testing.T) {
 	t.Parallel()
-	clock := testclock.New(time.Now().Truncate(time.Hour).Add(time.Hour))
+	clock := clocktest.New(time.Now().Truncate(time.Hour).Add(time.Hour))
 	b, fake, logs := newBroker(t, token.Options{Now: clock.Now})
 	c, _ := startAuthedTokenServer(t, b, slog.New(slog.NewJSONHandler(logs, nil)))
 	ctx := metadata.AppendToOutgoingContext(timeout(t, 30*time.Second), "authorization", "Bearer orders-bearer-token-0123")

@@ -17,10 +17,10 @@ import (
 	"google.golang.org/grpc/status"
 
 	lockdv1 "github.com/lockd/lockd/gen/lockd/v1"
+	"github.com/lockd/lockd/internal/clocktest"
+	"github.com/lockd/lockd/internal/logtest"
 	"github.com/lockd/lockd/internal/redistest"
 	"github.com/lockd/lockd/internal/service"
-	"github.com/lockd/lockd/internal/testclock"
-	"github.com/lockd/lockd/internal/testlog"
 	"github.com/lockd/lockd/internal/token"
 	"github.com/lockd/lockd/internal/upstream"
 	"github.com/lockd/lockd/internal/wechat"
@@ -87,12 +87,12 @@ func newTokenFake(t *testing.T) *wechatfake.Server {
 // into one buffer.
 type tokenFleet struct {
 	clients []lockdv1.TokenServiceClient
-	logs    *testlog.Buffer
+	logs    *logtest.Buffer
 }
 
 func startTokenFleet(t *testing.T, srv *redistest.Server, n int, fake *wechatfake.Server, opts token.Options) *tokenFleet {
 	t.Helper()
-	f := &tokenFleet{logs: &testlog.Buffer{}}
+	f := &tokenFleet{logs: &logtest.Buffer{}}
 	log := slog.New(slog.NewJSONHandler(f.logs, &slog.HandlerOptions{Level: slog.LevelDebug}))
 	opts.Logger = log
 	var apps []token.App
@@ -171,7 +171,7 @@ func TestTokenServiceMintsOncePerRefreshAcrossInstances(t *testing.T) {
 			t.Parallel()
 			fake := newTokenFake(t)
 			fake.SetLatency(50 * time.Millisecond)
-			clock := testclock.New(time.Now())
+			clock := clocktest.New(time.Now())
 			f := startTokenFleet(t, redistest.Start(t), 3, fake, token.Options{Now: clock.Now})
 			ctx := timeout(t, 30*time.Second)
 			get := func(c lockdv1.TokenServiceClient) (tokenReply, error) {
@@ -407,7 +407,7 @@ func TestTokenServiceRefusesBadInput(t *testing.T) {
 
 func TestTokenServiceWithoutAppsIsNotFound(t *testing.T) {
 	t.Parallel()
-	srv := service.NewTokenServer(nil, slog.New(slog.NewTextHandler(&testlog.Buffer{}, nil)))
+	srv := service.NewTokenServer(nil, slog.New(slog.NewTextHandler(&logtest.Buffer{}, nil)))
 	_, err := srv.GetAccessToken(context.Background(), &lockdv1.GetAccessTokenRequest{App: "mp"})
 	wantCode(t, "GetAccessToken without apps", err, codes.NotFound)
 }

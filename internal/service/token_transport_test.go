@@ -13,9 +13,9 @@ import (
 	"google.golang.org/grpc/status"
 
 	lockdv1 "github.com/lockd/lockd/gen/lockd/v1"
+	"github.com/lockd/lockd/internal/logtest"
 	"github.com/lockd/lockd/internal/redistest"
 	"github.com/lockd/lockd/internal/service"
-	"github.com/lockd/lockd/internal/testlog"
 	"github.com/lockd/lockd/internal/token"
 	"github.com/lockd/lockd/internal/wechat"
 )
@@ -32,7 +32,7 @@ func TestUpstreamTransportErrorsKeepNetworkDetailInTheLog(t *testing.T) {
 	}
 	port := lis.Addr().(*net.TCPAddr).Port
 	_ = lis.Close() // nothing listens there any more
-	logs := &testlog.Buffer{}
+	logs := &logtest.Buffer{}
 	log := slog.New(slog.NewJSONHandler(logs, nil))
 	b, err := token.New(redistest.Start(t).Client(t), []token.App{{Name: "mp", Upstream: wechat.Config{
 		Provider: wechat.ProviderWeChat, APIBase: fmt.Sprintf("http://localhost:%d", port), AppID: "wx-mp", Secret: tokenSecret,

@@ -14,6 +14,7 @@ import (
 
 	lockdv1 "github.com/lockd/lockd/gen/lockd/v1"
 	"github.com/lockd/lockd/internal/auth"
+	"github.com/lockd/lockd/internal/config"
 	"github.com/lockd/lockd/internal/service"
 	"github.com/lockd/lockd/internal/token"
 )
@@ -26,10 +27,10 @@ func TestWatchStreamsAreBounded(t *testing.T) {
 	t.Parallel()
 	b, _, _ := newBroker(t, token.Options{})
 	a, err := auth.New([]auth.Client{
-		{Name: "orders", Token: "orders-bearer-token-0123", Apps: []string{"classic"}, Limits: auth.Limits{KeepAlives: 1}},
+		{Name: "orders", Token: "orders-bearer-token-0123", Apps: []string{"classic"}, Limits: config.Limits{KeepAlives: 1}},
 		// shop's own limit is above the replica's, so that the
 		// replica's is what bounds it (not its fair share).
-		{Name: "shop", Token: "shop-bearer-token-012345", Apps: []string{"classic"}, Limits: auth.Limits{Watches: 5}},
+		{Name: "shop", Token: "shop-bearer-token-012345", Apps: []string{"classic"}, Limits: config.Limits{Watches: 5}},
 	})
 	if err != nil {
 		t.Fatal(err)

@@ -69,19 +69,24 @@ func duration(field string, d *durationpb.Duration, def time.Duration) (time.Dur
 }
 
 // ttl reads a lease span: unset gives def, else it must lie in [lo, hi].
-func (l Limits) ttl(field string, d *durationpb.Duration, def time.Duration) (time.Duration, error) {
+func (b Bounds) ttl(field string, d *durationpb.Duration, def time.Duration) (time.Duration, error) {
 	v, err := duration(field, d, def)
 	if err != nil || d == nil {
 		return v, err
 	}
-	if v < l.MinTTL || v > l.MaxTTL {
-		return 0, invalid("%s must lie in [%v, %v], got %v", field, l.MinTTL, l.MaxTTL, v)
+	if v < b.MinTTL || v > b.MaxTTL {
+		return 0, invalid("%s must lie in [%v, %v], got %v", field, b.MinTTL, b.MaxTTL, v)
 	}
 	return v, nil
 }
 
-// Limits bound what callers may ask for.
-type Limits struct {
+// Bounds are this replica's bounds on what any caller may ask for (the
+// ttl and wait of a request) and on the pools all callers share (waiters
+// and streams open at once). They are not a client's own limits
+// (config.Limits), set per client in the configuration file: a client
+// without one of its own is bound by these pools, or, with two or more
+// clients configured, by its fair share of them.
+type Bounds struct {
 	// DefaultTTL is the lease span when a request leaves ttl unset.
 	DefaultTTL time.Duration
 	// MinTTL and MaxTTL bound the ttl a request may give.
@@ -103,9 +108,9 @@ type Limits struct {
 	FairShareLeases int
 }
 
-// DefaultLimits are the limits of SPEC §2.
-func DefaultLimits() Limits {
-	return Limits{
+// DefaultBounds are the bounds of SPEC §2.
+func DefaultBounds() Bounds {
+	return Bounds{
 		DefaultTTL: 30 * time.Second,
 		MinTTL:     10 * time.Millisecond,
 		MaxTTL:     24 * time.Hour,
@@ -113,18 +118,18 @@ func DefaultLimits() Limits {
 	}
 }
 
-// Validate reports limits that contradict each other.
-func (l Limits) Validate() error {
+// Validate reports bounds that contradict each other.
+func (b Bounds) Validate() error {
 	switch {
-	case l.MinTTL <= 0:
-		return fmt.Errorf("min ttl must be positive, got %v", l.MinTTL)
-	case l.MaxTTL < l.MinTTL:
-		return fmt.Errorf("max ttl %v is below min ttl %v", l.MaxTTL, l.MinTTL)
-	case l.DefaultTTL < l.MinTTL || l.DefaultTTL > l.MaxTTL:
-		return fmt.Errorf("default ttl %v is outside [%v, %v]", l.DefaultTTL, l.MinTTL, l.MaxTTL)
-	case l.MaxWait < 0:
-		return fmt.Errorf("max wait must not be negative, got %v", l.MaxWait)
-	case l.MaxWaiters < 0 || l.MaxKeepAlives < 0 || l.MaxWatches < 0 || l.FairShareLeases < 0:
+	case b.MinTTL <= 0:
+		return fmt.Errorf("min ttl must be positive, got %v", b.MinTTL)
+	case b.MaxTTL < b.MinTTL:
+		return fmt.Errorf("max ttl %v is below min ttl %v", b.MaxTTL, b.MinTTL)
+	case b.DefaultTTL < b.MinTTL || b.DefaultTTL > b.MaxTTL:
+		return fmt.Errorf("default ttl %v is outside [%v, %v]", b.DefaultTTL, b.MinTTL, b.MaxTTL)
+	case b.MaxWait < 0:
+		return fmt.Errorf("max wait must not be negative, got %v", b.MaxWait)
+	case b.MaxWaiters < 0 || b.MaxKeepAlives < 0 || b.MaxWatches < 0 || b.FairShareLeases < 0:
 		return fmt.Errorf("limits on waiters and streams must not be negative")
 	}
 	return nil

@@ -13,9 +13,9 @@ import (
 
 	"github.com/redis/go-redis/v9"
 
+	"github.com/lockd/lockd/internal/clocktest"
+	"github.com/lockd/lockd/internal/logtest"
 	"github.com/lockd/lockd/internal/redistest"
-	"github.com/lockd/lockd/internal/testclock"
-	"github.com/lockd/lockd/internal/testlog"
 	"github.com/lockd/lockd/internal/token"
 	"github.com/lockd/lockd/internal/upstream"
 	"github.com/lockd/lockd/internal/wechat"
@@ -149,13 +149,13 @@ func apps(fake *wechatfake.Server) []token.App {
 type fleet struct {
 	brokers []*token.Broker
 	obs     *observer
-	logs    *testlog.Buffer
+	logs    *logtest.Buffer
 	rdb     *redis.Client
 }
 
 func newFleet(t *testing.T, srv *redistest.Server, n int, apps []token.App, opts token.Options) *fleet {
 	t.Helper()
-	f := &fleet{obs: newObserver(), logs: &testlog.Buffer{}, rdb: srv.Client(t)}
+	f := &fleet{obs: newObserver(), logs: &logtest.Buffer{}, rdb: srv.Client(t)}
 	opts.Observer = f.obs
 	opts.Logger = slog.New(slog.NewJSONHandler(f.logs, &slog.HandlerOptions{Level: slog.LevelDebug}))
 	for range n {
@@ -336,7 +336,7 @@ func startClassic(t *testing.T, n int, fo wechatfake.Options, opts token.Options
 
 // newClock returns a manual clock for the broker's and the fake's
 // Options.Now, starting at the real time.
-func newClock() *testclock.Clock { return testclock.New(time.Now()) }
+func newClock() *clocktest.Clock { return clocktest.New(time.Now()) }
 
 // waitFor polls cond until it holds, failing the test after a minute.
 func waitFor(t *testing.T, what string, cond func() bool) {

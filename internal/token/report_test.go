@@ -10,16 +10,16 @@ import (
 	"testing"
 	"time"
 
+	"github.com/lockd/lockd/internal/clocktest"
 	"github.com/lockd/lockd/internal/redistest"
-	"github.com/lockd/lockd/internal/testclock"
 	"github.com/lockd/lockd/internal/token"
 	"github.com/lockd/lockd/internal/wechat/wechatfake"
 )
 
 // hourStart is a clock reading at the start of an hour, so that simulated
 // hours line up with the refresh limits' windows.
-func hourStart() *testclock.Clock {
-	return testclock.New(time.Now().Truncate(time.Hour).Add(time.Hour))
+func hourStart() *clocktest.Clock {
+	return clocktest.New(time.Now().Truncate(time.Hour).Add(time.Hour))
 }
 
 // TestALoopingClientCannotBurnTheQuota has one client report the current
@@ -212,7 +212,7 @@ func TestAReportThatCannotBeCheckedMintsWithinTheLimits(t *testing.T) {
 
 // growTrust has a client report the current (valid) classic token until the
 // fleet trusts the upstream's word on it for the longest span.
-func growTrust(t *testing.T, ctx context.Context, f *fleet, clock *testclock.Clock, cur token.Token, c token.Caller) {
+func growTrust(t *testing.T, ctx context.Context, f *fleet, clock *clocktest.Clock, cur token.Token, c token.Caller) {
 	t.Helper()
 	for span := time.Second; span <= 32*time.Second; span *= 2 {
 		got, err := f.brokers[0].Refresh(ctx, "classic", cur.AccessToken, c)

@@ -11,13 +11,13 @@ import (
 	"testing"
 	"time"
 
-	"github.com/lockd/lockd/internal/testclock"
+	"github.com/lockd/lockd/internal/clocktest"
 )
 
 // newClock returns a manual clock for Options.Now at 10:00 in Beijing, far
 // from the day's turn.
-func newClock() *testclock.Clock {
-	return testclock.New(time.Date(2026, 3, 1, 2, 0, 0, 0, time.UTC))
+func newClock() *clocktest.Clock {
+	return clocktest.New(time.Date(2026, 3, 1, 2, 0, 0, 0, time.UTC))
 }
 
 type answer struct {
@@ -89,7 +89,7 @@ func mustToken(t *testing.T, a answer) string {
 	return a.AccessToken
 }
 
-func fixture(opts Options) (*Server, *testclock.Clock) {
+func fixture(opts Options) (*Server, *clocktest.Clock) {
 	c := newClock()
 	opts.Apps = map[string]string{"wxapp": "appsecret"}
 	opts.Corps = map[string]string{"wwcorp": "corpsecret"}

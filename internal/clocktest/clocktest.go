@@ -1,6 +1,6 @@
-// Package testclock is a manual clock for tests: Now stands still until
+// Package clocktest is a manual clock for tests: Now stands still until
 // Advance moves it. It is safe for concurrent use.
-package testclock
+package clocktest
 
 import (
 	"sync"

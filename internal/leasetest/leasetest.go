@@ -1,6 +1,7 @@
-// Package locktest helps tests of lockd's lock clients: it reads a lease's
-// expiry from Redis, and waits for a client lease's renewals.
-package locktest
+// Package leasetest looks at leases for tests of lockd's lock clients: it
+// reads a lease's expiry from Redis (Expiry), and waits for a client
+// lease's renewals (Renewals).
+package leasetest
 
 import (
 	"context"

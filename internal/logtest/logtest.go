@@ -1,5 +1,5 @@
-// Package testlog collects what a test's servers log, for assertions.
-package testlog
+// Package logtest collects what a test's servers log, for assertions.
+package logtest
 
 import (
 	"bytes"

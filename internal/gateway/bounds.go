@@ -14,14 +14,14 @@ import (
 	"google.golang.org/grpc/status"
 )
 
-// limits bound what one request may cost the gateway.
-type limits struct {
+// requestBounds bound what one request may cost the gateway.
+type requestBounds struct {
 	maxBody      int64
 	bodyTimeout  time.Duration
 	writeTimeout time.Duration
 }
 
-var defaultLimits = limits{maxBody: MaxBodyBytes, bodyTimeout: BodyTimeout, writeTimeout: WriteTimeout}
+var defaultRequestBounds = requestBounds{maxBody: MaxBodyBytes, bodyTimeout: BodyTimeout, writeTimeout: WriteTimeout}
 
 // wrap reads the request body before next sees it, within bodyTimeout and
 // maxBody, and bounds each write of the response by writeTimeout.
@@ -29,14 +29,14 @@ var defaultLimits = limits{maxBody: MaxBodyBytes, bodyTimeout: BodyTimeout, writ
 // Reading the whole body first also means net/http watches the connection
 // from then on, so a client that disconnects cancels its call at once (a
 // waiting Acquire ends and leaves nothing queued).
-func (l limits) wrap(next http.Handler, mux *runtime.ServeMux) http.Handler {
+func (b requestBounds) wrap(next http.Handler, mux *runtime.ServeMux) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		rc := http.NewResponseController(w)
 		if r.Body != nil && r.Body != http.NoBody {
-			_ = rc.SetReadDeadline(time.Now().Add(l.bodyTimeout))
-			body, err := io.ReadAll(http.MaxBytesReader(w, r.Body, l.maxBody))
+			_ = rc.SetReadDeadline(time.Now().Add(b.bodyTimeout))
+			body, err := io.ReadAll(http.MaxBytesReader(w, r.Body, b.maxBody))
 			if err != nil {
-				l.bodyError(mux, w, r, err)
+				b.bodyError(mux, w, r, err)
 				return
 			}
 			// No deadline from here on: a call may wait for a lock, or
@@ -44,20 +44,20 @@ func (l limits) wrap(next http.Handler, mux *runtime.ServeMux) http.Handler {
 			_ = rc.SetReadDeadline(time.Time{})
 			r.Body = io.NopCloser(bytes.NewReader(body))
 		}
-		next.ServeHTTP(&boundedWriter{ResponseWriter: w, rc: rc, timeout: l.writeTimeout}, r)
+		next.ServeHTTP(&boundedWriter{ResponseWriter: w, rc: rc, timeout: b.writeTimeout}, r)
 	})
 }
 
-func (l limits) bodyError(mux *runtime.ServeMux, w http.ResponseWriter, r *http.Request, err error) {
+func (b requestBounds) bodyError(mux *runtime.ServeMux, w http.ResponseWriter, r *http.Request, err error) {
 	var tooLarge *http.MaxBytesError
 	var st *runtime.HTTPStatusError
 	switch {
 	case errors.As(err, &tooLarge):
 		st = &runtime.HTTPStatusError{HTTPStatus: http.StatusRequestEntityTooLarge,
-			Err: status.Errorf(codes.ResourceExhausted, "request body is larger than %d bytes", l.maxBody)}
+			Err: status.Errorf(codes.ResourceExhausted, "request body is larger than %d bytes", b.maxBody)}
 	case isTimeout(err):
 		st = &runtime.HTTPStatusError{HTTPStatus: http.StatusRequestTimeout,
-			Err: status.Errorf(codes.DeadlineExceeded, "request body not received within %v", l.bodyTimeout)}
+			Err: status.Errorf(codes.DeadlineExceeded, "request body not received within %v", b.bodyTimeout)}
 	default:
 		st = &runtime.HTTPStatusError{HTTPStatus: http.StatusBadRequest,
 			Err: status.Error(codes.InvalidArgument, fmt.Sprintf("reading request body: %v", err))}

@@ -1,7 +1,7 @@
-// Package testgrpc lets tests send requests as raw protobuf bytes, as a
+// Package grpctest lets tests send requests as raw protobuf bytes, as a
 // client in another language, or a hostile one, may: strings that are not
 // UTF-8, truncated or garbage messages.
-package testgrpc
+package grpctest
 
 import (
 	"context"

@@ -32,8 +32,8 @@ func rawRequest(t *testing.T, srv *httptest.Server, req string) net.Conn {
 func TestSlowBodyIsCutOff(t *testing.T) {
 	t.Parallel()
 	reached := make(chan struct{}, 1)
-	l := limits{maxBody: 1 << 10, bodyTimeout: 100 * time.Millisecond, writeTimeout: time.Minute}
-	srv := httptest.NewServer(l.wrap(http.HandlerFunc(func(http.ResponseWriter, *http.Request) { reached <- struct{}{} }), runtime.NewServeMux()))
+	b := requestBounds{maxBody: 1 << 10, bodyTimeout: 100 * time.Millisecond, writeTimeout: time.Minute}
+	srv := httptest.NewServer(b.wrap(http.HandlerFunc(func(http.ResponseWriter, *http.Request) { reached <- struct{}{} }), runtime.NewServeMux()))
 	defer srv.Close()
 
 	c := rawRequest(t, srv, "POST /v1/locks/k:acquire HTTP/1.1\r\nHost: x\r\nContent-Length: 100\r\n\r\n{\"ow")
@@ -59,8 +59,8 @@ func TestSlowBodyIsCutOff(t *testing.T) {
 func TestStalledReaderIsCutOff(t *testing.T) {
 	t.Parallel()
 	writeErr := make(chan error, 1)
-	l := limits{maxBody: 1 << 10, bodyTimeout: time.Minute, writeTimeout: 100 * time.Millisecond}
-	srv := httptest.NewServer(l.wrap(http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) {
+	b := requestBounds{maxBody: 1 << 10, bodyTimeout: time.Minute, writeTimeout: 100 * time.Millisecond}
+	srv := httptest.NewServer(b.wrap(http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) {
 		rc := http.NewResponseController(w)
 		chunk := []byte(strings.Repeat("x", 64<<10))
 		for {
@@ -89,8 +89,8 @@ func TestStalledReaderIsCutOff(t *testing.T) {
 // handler.
 func TestBodyIsBounded(t *testing.T) {
 	t.Parallel()
-	l := limits{maxBody: 16, bodyTimeout: time.Minute, writeTimeout: time.Minute}
-	srv := httptest.NewServer(l.wrap(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+	b := requestBounds{maxBody: 16, bodyTimeout: time.Minute, writeTimeout: time.Minute}
+	srv := httptest.NewServer(b.wrap(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		b, _ := io.ReadAll(r.Body)
 		_, _ = w.Write(b)
 	}), runtime.NewServeMux()))
