@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"strconv"
 	"strings"
+	"sync/atomic"
 	"time"
 	"unicode"
 
@@ -60,7 +61,11 @@ func (c *Client) Acquire(ctx context.Context, req Request) (Result, error) {
 	// case a message was lost. On a channel this process listens to
 	// already, the waiter joins before its first try, which then needs no
 	// re-check.
-	in := interest{id: a.id, reader: req.Mode == Read}
+	// A message telling it that it is next in line says for how long the
+	// head keeps its place (watch): it then waits that long without
+	// asking Redis.
+	var watch atomic.Int64
+	in := interest{id: a.id, reader: req.Mode == Read, watch: &watch}
 	wake, done := c.subs.listening(ctx, a.ks.channel, in)
 	defer func() {
 		if done != nil {
@@ -137,6 +142,10 @@ func (c *Client) Acquire(ctx context.Context, req Request) (Result, error) {
 		timer.Reset(next)
 		select {
 		case <-wake:
+			if ms := watch.Swap(0); ms > 0 {
+				res.place, res.headLeft = placeNext, time.Duration(ms)*time.Millisecond
+				recheck = false
+			}
 		case <-timer.C:
 		case <-ctx.Done():
 			a.unwait()

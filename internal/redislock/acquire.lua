@@ -42,8 +42,12 @@
 -- fencing token is Redis's clock in microseconds, past every token given
 -- before. Anything else falls through to the full script below.
 do
-  if not KEYS[2] or redis.call('GET', KEYS[2]) == '0' then
+  if KEYS[2] then
+    pre_marker = redis.call('GET', KEYS[2])
+  end
+  if not KEYS[2] or pre_marker == '0' then
     local t = redis.call('TIME')
+    pre_time = t
     local token = t[1] .. string.rep('0', 6 - #t[2]) .. t[2]
     if redis.call('SET', KEYS[1], ARGV[1] .. '|' .. token .. '|' .. ARGV[4] .. '|' .. ARGV[3] .. '|' .. ARGV[5] .. '|' ..
         ARGV[6] .. '||' .. ARGV[2], 'NX', 'PX', ARGV[4]) then

@@ -118,7 +118,7 @@ local GRACE_MS = 1000
 -- MAX_ATTEMPTS bounds the attempts a lease remembers for undoing.
 local MAX_ATTEMPTS = 32
 
-local t = redis.call('TIME')
+local t = pre_time or redis.call('TIME')
 local now_ms = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
 local now_us = tonumber(t[1]) * 1000000 + tonumber(t[2])
 
@@ -573,7 +573,8 @@ end
 -- costs O(1) a call over time. The head's place is kept HEAD_MS at most;
 -- a waiter that just became the head, and the one next in line, are told
 -- (their attempt ids on the lock's channel), so that the head keeps its
--- place by trying again and the next one watches it.
+-- place by trying again and the next one watches it (told until when,
+-- so it need not ask).
 local function queue_head()
   if h.nw == 0 then
     h.qh = h.qs
@@ -600,7 +601,9 @@ local function queue_head()
             redis.call(waker_cmd, waker_channel, a)
             local n = next_in_line(h.qh + 1)
             if n then
-              redis.call(waker_cmd, waker_channel, n)
+              -- "<attempt>|<ms>": the next one in line watches the head's
+              -- place, which runs ms more; it need not ask Redis now.
+              redis.call(waker_cmd, waker_channel, n .. '|' .. num(deadline - now_ms))
             end
           end
           head_seen = {a, deadline, h.qh + 1}
@@ -673,7 +676,10 @@ local function check_marker(grace_ms)
   if not marker then
     return 0
   end
-  local m = redis.call('GET', marker)
+  local m = pre_marker
+  if m == nil then
+    m = redis.call('GET', marker)
+  end
   local paused = m and tonumber(m)
   if not paused then
     paused = now_ms + grace_ms

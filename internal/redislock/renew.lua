@@ -16,7 +16,10 @@
 -- with its new expiry (GET, TIME, SET XX PX). Anything else falls through
 -- to the full script below.
 do
-  if not KEYS[2] or redis.call('GET', KEYS[2]) == '0' then
+  if KEYS[2] then
+    pre_marker = redis.call('GET', KEYS[2])
+  end
+  if not KEYS[2] or pre_marker == '0' then
     local v = redis.pcall('GET', KEYS[1])
     if type(v) == 'string' then
       local mode, given, token, ttl, id, mid, keeper, owner =

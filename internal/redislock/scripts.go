@@ -51,13 +51,17 @@ var (
 // first.
 const commonMark = "\n--[[common]]\n"
 
-// lockScript returns the lock script src with common.lua spliced in.
+// lockScript returns the lock script src with common.lua spliced in,
+// after a line declaring what a fast path hands on to common.lua when it
+// falls through: Redis's TIME (pre_time) and the data-loss marker's value
+// (pre_marker, false when missing), so the full script asks neither again.
 func lockScript(src string) *script {
+	const handed = "local pre_time, pre_marker\n"
 	before, after, ok := strings.Cut(src, commonMark)
 	if !ok {
-		return newScript(commonLua + src)
+		return newScript(handed + commonLua + src)
 	}
-	return newScript(before + "\n" + commonLua + after)
+	return newScript(handed + before + "\n" + commonLua + after)
 }
 
 // script is a Lua script run with EVALSHA, and with EVAL when Redis does not

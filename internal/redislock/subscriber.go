@@ -2,8 +2,10 @@ package redislock
 
 import (
 	"context"
+	"strconv"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/redis/go-redis/v9"
@@ -88,6 +90,10 @@ type topic struct {
 type interest struct {
 	// id is the waiter's attempt id: a message naming it wakes it.
 	id string
+	// watch, if set, receives how long the head of the queue keeps its
+	// place (ms) from a message "<id>|<ms>", which tells the waiter it is
+	// next in line: it watches the head rather than asking Redis at once.
+	watch *atomic.Int64
 	// reader is woken by a message for every waiting reader.
 	reader bool
 	// all is woken by every message (an election's observers).
@@ -398,8 +404,17 @@ func (s *subscriber) unsubscribed(sh *shard, channel string) {
 // wake makes every waiter of the topic re-check. s.mu is held.
 func (tp *topic) wake() {
 	for w := range tp.waiters {
-		poke(w)
+		tp.rouse(w)
 	}
+}
+
+// rouse wakes waiter w to re-check on Redis: what a message had told it
+// to watch no longer stands in for a re-check. s.mu is held.
+func (tp *topic) rouse(w chan struct{}) {
+	if in := tp.waiters[w]; in.watch != nil {
+		in.watch.Store(0)
+	}
+	poke(w)
 }
 
 // deliver wakes the waiters a message names: one attempt by its id (the
@@ -413,8 +428,20 @@ func (tp *topic) deliver(payload string) {
 		}
 		return
 	}
+	if id, left, ok := strings.Cut(payload, "|"); ok {
+		// A waiter is next in line: for it alone.
+		if w, ok := tp.byID[id]; ok {
+			if in := tp.waiters[w]; in.watch != nil {
+				if ms, err := strconv.ParseInt(left, 10, 64); err == nil && ms > 0 {
+					in.watch.Store(ms)
+				}
+			}
+			poke(w)
+		}
+		return
+	}
 	if w, ok := tp.byID[payload]; ok {
-		poke(w)
+		tp.rouse(w)
 	} else if payload != readersWake {
 		// Not meant for a waiter of this process, or a message naming
 		// nobody: an attempt id from another process is not for us, any
@@ -426,7 +453,7 @@ func (tp *topic) deliver(payload string) {
 	}
 	for w, in := range tp.waiters {
 		if in.all || (in.reader && payload == readersWake) {
-			poke(w)
+			tp.rouse(w)
 		}
 	}
 }

@@ -1,6 +1,9 @@
 package redislock
 
-import "testing"
+import (
+	"sync/atomic"
+	"testing"
+)
 
 // TestMessagesWakeOnlyWhomTheyName delivers each kind of message to a
 // channel's waiters in one process: an attempt id wakes that waiter alone,
@@ -43,5 +46,51 @@ func TestMessagesWakeOnlyWhomTheyName(t *testing.T) {
 				}
 			}
 		})
+	}
+}
+
+// TestTheNextInLineIsToldHowLongToWatch delivers "<id>|<ms>" to the
+// waiter next in line: it alone is woken, with the head's time left to
+// watch; a later message naming it (it became the head) takes that back,
+// so that it re-checks on Redis.
+func TestTheNextInLineIsToldHowLongToWatch(t *testing.T) {
+	s := &subscriber{}
+	tp := &topic{waiters: map[chan struct{}]interest{}, byID: map[string]chan struct{}{}}
+	const nextID, otherID = "AAAAAAAAAAA", "BBBBBBBBBBB"
+	var watch, otherWatch atomic.Int64
+	next, _ := s.join(tp, interest{id: nextID, watch: &watch})
+	other, _ := s.join(tp, interest{id: otherID, watch: &otherWatch})
+	observer, _ := s.join(tp, interest{all: true})
+	woken := func(w chan struct{}) bool {
+		select {
+		case <-w:
+			return true
+		default:
+			return false
+		}
+	}
+
+	tp.deliver(nextID + "|1150")
+	if !woken(next) || woken(other) || woken(observer) {
+		t.Fatal("the next-in-line message should wake its waiter alone")
+	}
+	if got := watch.Load(); got != 1150 {
+		t.Fatalf("watch = %d ms, want 1150", got)
+	}
+	if otherWatch.Load() != 0 {
+		t.Fatal("another waiter was told to watch")
+	}
+
+	tp.deliver(nextID)
+	if !woken(next) {
+		t.Fatal("the head message did not wake its waiter")
+	}
+	if got := watch.Load(); got != 0 {
+		t.Fatalf("watch = %d ms after the head message, want 0: the waiter would not re-check", got)
+	}
+
+	tp.deliver(otherID + "|oops")
+	if !woken(other) || otherWatch.Load() != 0 {
+		t.Fatal("a malformed time should wake the waiter to re-check, with nothing to watch")
 	}
 }
