@@ -406,37 +406,3 @@ func MeasureSkew(ctx context.Context, rdb redis.UniversalClient) (time.Duration,
 	}
 	return worst + time.Millisecond, nil
 }
-
-// UnexpiringLimiters returns the Redis keys of rate limiters under prefix
-// (prefix + ":rl:{…}") that carry no expiry, on every master of rdb.
-func UnexpiringLimiters(ctx context.Context, rdb redis.UniversalClient, prefix string) ([]string, error) {
-	var (
-		mu  sync.Mutex
-		out []string
-	)
-	scan := func(ctx context.Context, c *redis.Client) error {
-		iter := c.Scan(ctx, 0, prefix+":rl:{*", 1000).Iterator()
-		for iter.Next(ctx) {
-			ttl, err := c.PTTL(ctx, iter.Val()).Result()
-			if err != nil {
-				return err
-			}
-			if ttl == -1 {
-				mu.Lock()
-				out = append(out, iter.Val())
-				mu.Unlock()
-			}
-		}
-		return iter.Err()
-	}
-	var err error
-	switch c := rdb.(type) {
-	case *redis.ClusterClient:
-		err = c.ForEachMaster(ctx, scan)
-	case *redis.Client:
-		err = scan(ctx, c)
-	default:
-		err = fmt.Errorf("faults: cannot scan a %T", rdb)
-	}
-	return out, err
-}

@@ -13,12 +13,24 @@ import (
 // rdb (one server, a Sentinel master, or every Cluster master). Keys that
 // belong to no lock (a fixed set of markers, say) are not its concern.
 func Unexpiring(ctx context.Context, rdb redis.UniversalClient, prefix string) ([]string, error) {
+	return unexpiring(ctx, rdb, prefix+":{*")
+}
+
+// UnexpiringLimiters returns the Redis keys of rate limiters under prefix
+// (prefix + ":rl:{…}") that carry no expiry, on every master of rdb.
+func UnexpiringLimiters(ctx context.Context, rdb redis.UniversalClient, prefix string) ([]string, error) {
+	return unexpiring(ctx, rdb, prefix+":rl:{*")
+}
+
+// unexpiring returns the keys matching pattern that carry no expiry, on
+// every master of rdb.
+func unexpiring(ctx context.Context, rdb redis.UniversalClient, pattern string) ([]string, error) {
 	var (
 		mu  sync.Mutex
 		out []string
 	)
 	scan := func(ctx context.Context, c *redis.Client) error {
-		iter := c.Scan(ctx, 0, prefix+":{*", 1000).Iterator()
+		iter := c.Scan(ctx, 0, pattern, 1000).Iterator()
 		for iter.Next(ctx) {
 			key := iter.Val()
 			ttl, err := c.PTTL(ctx, key).Result()
