@@ -100,6 +100,42 @@ export interface LeaderInfo {
   expireTime: Date;
 }
 
+/**
+ * A fleet-wide rate: at most limit per periodMs, in bursts of up to burst
+ * (default limit). Every caller of a key must give the same rate while its
+ * limiter is in use.
+ */
+export interface Rate {
+  limit: number;
+  periodMs: number;
+  burst?: number;
+}
+
+/** Options of LockdClient.take. */
+export interface TakeOptions {
+  /** What the call spends (default 1). */
+  cost?: number;
+  /** Gives the call up. */
+  signal?: AbortSignal;
+}
+
+/** Options of LockdClient.wait. */
+export interface WaitOptions extends TakeOptions {
+  /** The longest wait for the turn; without it, as long as it takes. */
+  waitMs?: number;
+}
+
+/** A rate limiter's answer: not allowed is a decision, not an error. */
+export interface Decision {
+  allowed: boolean;
+  /** What could still be spent at once after this call. */
+  remaining: number;
+  /** How long until the cost would be allowed if nobody else took meanwhile (0 when allowed). */
+  retryAfterMs: number;
+  /** How long until the limiter is full again. */
+  resetAfterMs: number;
+}
+
 /** LockdError is a call to lockd that failed, after any retries. */
 export class LockdError extends Error {
   constructor(message: string, code: status, details?: string, cause?: unknown);
@@ -120,6 +156,18 @@ export class LeaseLostError extends LockdError {
   readonly key: string;
   /** Why it was lost. */
   readonly reason: string;
+}
+
+/**
+ * RateLimitedError says a wait's turn would come only after its bound
+ * (waitMs): lockd says so at once, rather than at the bound.
+ */
+export class RateLimitedError extends LockdError {
+  constructor(key: string, retryAfterMs: number);
+  /** The limiter's key. */
+  readonly key: string;
+  /** How long until the cost would be allowed if nobody else took meanwhile. */
+  readonly retryAfterMs: number;
 }
 
 /**
@@ -247,6 +295,10 @@ export class LockdClient {
   getAccessToken(app: string): Promise<AccessToken>;
   /** Reports a token the upstream rejected and returns the one to use now. */
   refreshAccessToken(app: string, invalidToken: string): Promise<AccessToken>;
+  /** Spends cost from key's fleet-wide rate limiter if rate allows it now. */
+  take(key: string, rate: Rate, opts?: TakeOptions): Promise<Decision>;
+  /** Spends cost from key's rate limiter, waiting for its turn in order; rejects with a RateLimitedError when the turn would come after opts.waitMs. */
+  wait(key: string, rate: Rate, opts?: WaitOptions): Promise<Decision>;
   /** Stops observers, resigns leaderships, releases leases still open and closes the connections. */
   close(): Promise<void>;
 }
