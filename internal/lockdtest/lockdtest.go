@@ -24,6 +24,7 @@ import (
 	"google.golang.org/grpc/credentials/insecure"
 
 	"github.com/lockd/lockd/internal/logtest"
+	"github.com/lockd/lockd/internal/porttest"
 )
 
 // startTimeout bounds how long a fresh process may take to become ready.
@@ -253,13 +254,13 @@ func (p *Process) Terminate(tb testing.TB) error {
 	}
 }
 
-// FreeAddr returns a loopback address whose port was free a moment ago.
+// FreeAddr returns a loopback address whose port was free a moment ago
+// (see porttest: a process restarted on it finds it free again).
 func FreeAddr(tb testing.TB) string {
 	tb.Helper()
-	l, err := net.Listen("tcp", "127.0.0.1:0")
+	port, err := porttest.Free()
 	if err != nil {
 		tb.Fatal(err)
 	}
-	defer l.Close()
-	return l.Addr().String()
+	return net.JoinHostPort("127.0.0.1", strconv.Itoa(port))
 }

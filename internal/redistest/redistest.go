@@ -38,6 +38,8 @@ import (
 	"time"
 
 	"github.com/redis/go-redis/v9"
+
+	"github.com/lockd/lockd/internal/porttest"
 )
 
 const (
@@ -461,13 +463,12 @@ func reservePort(bus bool) (int, error) {
 	return 0, errors.New("no free loopback port found")
 }
 
+// probePort returns a loopback port that is free now (see porttest).
 func probePort(bus bool) (int, error) {
-	l, err := net.Listen("tcp", "127.0.0.1:0")
+	port, err := porttest.Free()
 	if err != nil {
 		return 0, err
 	}
-	defer l.Close()
-	port := l.Addr().(*net.TCPAddr).Port
 	if bus {
 		if port >= maxClusterPort {
 			return 0, errors.New("port too high for a cluster bus")
