@@ -12,7 +12,9 @@
 -- ARGV[6] publish command: PUBLISH or SPUBLISH
 -- ARGV[7] the attempt's request_id, or '': its remembered result goes with
 --         the hold
--- Returns {hold undone (0/1), left the queue (0/1)}.
+-- Returns {hold undone (0/1), left the queue (0/1), now_ms}: Redis's clock,
+-- by which an undo that found nothing knows whether the attempt could still
+-- reach Redis (see not_after_ms in acquire.lua).
 
 local attempt, mode, owner, undo_hold = ARGV[1], ARGV[2], ARGV[3], ARGV[4]
 local channel, publish_cmd, request = ARGV[5], ARGV[6], ARGV[7]
@@ -57,4 +59,4 @@ if wake then
   wake_next(channel, publish_cmd)
 end
 tidy()
-return {undone, left}
+return {undone, left, now_ms}

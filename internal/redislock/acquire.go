@@ -192,8 +192,11 @@ func (a *attempt) undone(ctx context.Context, wait time.Duration) error {
 	backoff := undoBackoff
 	for {
 		tctx, cancel := context.WithTimeout(ctx, min(undoTry, max(time.Until(deadline), time.Millisecond)))
-		err := a.abandon(tctx, true)
+		done, err := a.abandon(tctx, true)
 		cancel()
+		if err == nil && !done {
+			err = errUndoPending
+		}
 		if err == nil || ctx.Err() != nil || !time.Now().Add(backoff).Before(deadline) {
 			return err
 		}
@@ -247,11 +250,17 @@ type attempt struct {
 	queued     bool          // a try may have queued it (a writer or a permit waiter)
 	replayed   bool          // the grant is a retried request_id's first result
 	pause      time.Duration // the last pause after a try failed on Redis
+	// notAfter is Redis's clock (ms) past which no try under this id can
+	// act any more (see notafter.go), 0 when unknown; lateRetry is set
+	// while a try answered "late" in time goes again.
+	notAfter  int64
+	lateRetry bool
 }
 
 // freshIDs gives the attempt a new attempt id and lease id.
 func (a *attempt) freshIDs() error {
 	a.id = newAttemptID()
+	a.notAfter = 0
 	a.leaseID = newID()
 	if a.req.NewLeaseID != nil {
 		a.leaseID = a.req.NewLeaseID()
@@ -325,13 +334,17 @@ func (a *attempt) try(ctx context.Context, wait time.Duration) (Result, error) {
 		a.queued = true
 	}
 	request := requestKey(a.req.RequestID)
+	sent := time.Now()
+	notAfter := a.c.notAfter(ctx, sent)
+	if notAfter != 0 {
+		a.notAfter = max(a.notAfter, notAfter)
+	}
 	script, args := acquireScript, []any{a.req.Mode.arg() + given, a.req.Owner, a.leaseID, a.req.TTL.Milliseconds(), a.id, request,
-		strconv.FormatInt(waitMs, 10) + "|" + strconv.FormatInt(a.c.lossGrace.Milliseconds(), 10) + "|" + a.c.publish}
+		strconv.FormatInt(waitMs, 10) + "|" + strconv.FormatInt(a.c.lossGrace.Milliseconds(), 10) + "|" + a.c.publish, notAfter}
 	if a.req.Mode == Permit {
 		script, args = semaphoreAcquireScript, []any{a.req.Limit, a.req.Owner, a.leaseID, a.req.TTL.Milliseconds(), a.id, given,
-			request, a.c.lossGrace.Milliseconds(), waitMs, a.ks.channel, a.c.publish}
+			request, a.c.lossGrace.Milliseconds(), waitMs, a.ks.channel, a.c.publish, notAfter}
 	}
-	sent := time.Now()
 	raw, err := a.c.runRaw(ctx, script, a.ks, a.ks.scriptKeys(true), args...)
 	if token, ok := raw.(string); ok && err == nil {
 		// The fast path's answer: a fresh lease as asked, held once from
@@ -340,6 +353,7 @@ func (a *attempt) try(ctx context.Context, wait time.Duration) (Result, error) {
 		if perr != nil {
 			return Result{}, perr
 		}
+		a.c.clock.saw(l.now, time.Now())
 		a.queued = false
 		a.replayed = false
 		l.sent = sent
@@ -369,7 +383,19 @@ func (a *attempt) try(ctx context.Context, wait time.Duration) (Result, error) {
 		return Result{}, err
 	}
 	a.c.notePause(a.ks, reply)
+	a.c.clock.saw(intAt(reply, 1), time.Now())
 	switch status(reply) {
+	case -6:
+		// Redis ran the script after the moment this process gives up
+		// on it: it did nothing. Answered in time all the same, Redis's
+		// clock stepped (or ran ahead of what the replies told): with the
+		// clock it answered, noted above, the try goes again, once.
+		if !a.lateRetry && time.Since(sent) < a.c.replyTimeout {
+			a.lateRetry = true
+			defer func() { a.lateRetry = false }()
+			return a.try(ctx, wait)
+		}
+		return Result{}, fmt.Errorf("%w: key %q", ErrLate, a.req.Key)
 	case 1, 2:
 		l, err := parseLease(a.req.Key, reply)
 		if err != nil {
@@ -457,11 +483,14 @@ func (a *attempt) unwait() {
 	a.queued = false
 	ctx, cancel := context.WithTimeout(context.Background(), unwaitTry)
 	defer cancel()
-	if a.abandon(ctx, false) == nil {
+	if _, err := a.abandon(ctx, false); err == nil {
 		return
 	}
 	gone := *a // the ids as they are now: the attempt may go on under fresh ones
-	a.c.cleanUp(func(ctx context.Context) error { return gone.abandon(ctx, false) }, time.Now().Add(3*a.c.maxRecheck))
+	a.c.cleanUp(func(ctx context.Context) error {
+		_, err := gone.abandon(ctx, false)
+		return err
+	}, time.Now().Add(3*a.c.maxRecheck))
 }
 
 // undo takes back, in the background, what this attempt may have done
@@ -481,18 +510,44 @@ func (a *attempt) undo(undoHold bool) {
 			until = q
 		}
 	}
+	if undoHold && a.notAfter != 0 {
+		// Until Redis's clock passes notAfter the try may still arrive.
+		if u := time.Now().Add(a.c.replyTimeout + 3*a.c.maxRecheck); u.After(until) {
+			until = u
+		}
+	}
 	gone := *a // the ids as they are now: the attempt may go on under fresh ones
-	a.c.cleanUp(func(ctx context.Context) error { return gone.abandon(ctx, undoHold) }, until)
+	a.c.cleanUp(func(ctx context.Context) error {
+		done, err := gone.abandon(ctx, undoHold)
+		if err == nil && !done {
+			return errUndoPending
+		}
+		return err
+	}, until)
 }
 
-// abandon runs abandon.lua once for this attempt.
-func (a *attempt) abandon(ctx context.Context, undoHold bool) error {
+// errUndoPending says an undo found nothing to undo while the try it
+// undoes could still reach Redis: it is tried again.
+var errUndoPending = errors.New("redislock: the try to undo may still reach Redis")
+
+// abandon runs abandon.lua once for this attempt. It is done when it
+// landed and, with undoHold, when it undid the attempt's hold or Redis's
+// clock is past the attempt's notAfter, when no try of it can act any
+// more (notafter.go); an undo that found nothing before then may have run
+// ahead of a try still on its way.
+func (a *attempt) abandon(ctx context.Context, undoHold bool) (done bool, err error) {
 	hold := "0"
 	if undoHold {
 		hold = "1"
 	}
-	return abandonScript.Run(ctx, a.c.rdb, a.ks.scriptKeys(false),
-		a.id, a.req.Mode.arg(), a.req.Owner, hold, a.ks.channel, a.c.publish, requestKey(a.req.RequestID)).Err()
+	reply, err := abandonScript.Run(ctx, a.c.rdb, a.ks.scriptKeys(false),
+		a.id, a.req.Mode.arg(), a.req.Owner, hold, a.ks.channel, a.c.publish, requestKey(a.req.RequestID)).Slice()
+	if err != nil {
+		return false, err
+	}
+	now := intAt(reply, 2)
+	a.c.clock.saw(now, time.Now())
+	return !undoHold || intAt(reply, 0) == 1 || a.notAfter == 0 || now > a.notAfter, nil
 }
 
 const (
@@ -510,9 +565,9 @@ const (
 // cleanUp runs op in the background until it succeeds or until passes
 // (after at least one try), backing off between tries.
 func (c *Client) cleanUp(op func(context.Context) error, until time.Time) {
-	c.undos.Add(1)
+	c.undos.add()
 	go func() {
-		defer c.undos.Done()
+		defer c.undos.done()
 		backoff := undoBackoff
 		for {
 			ctx, cancel := context.WithTimeout(context.Background(), undoTry)

@@ -15,6 +15,9 @@
 --         place in the queue until now + wait_ms; grace_ms is how long new
 --         grants wait after Redis lost its data; PUBLISH or SPUBLISH wakes
 --         waiters on <record>:released
+-- ARGV[8] not_after_ms: Redis's clock past which lockd has given up on this
+--         call (its reply would reach nobody), or '0' for none: a call that
+--         reaches Redis later does nothing and answers {-6, now}
 -- The fast path answers a fresh lease on a free key with its fencing token
 -- alone (a string), Redis's clock in microseconds at the grant: the lease
 -- is the one asked for, held once, for ttl from that instant. Every other
@@ -34,6 +37,7 @@
 --             the head died
 --   upgrade:  {-2, now, paused} an owner holding only a read lease asked for write
 --   in use:   {-4, now, paused} the key's permits are held (it is a semaphore)
+--   late:     {-6, now, 0} the call reached Redis after not_after_ms
 
 -- The fast path: a key that does not exist (nobody holds it, nobody waits
 -- for it), with no grant held back by a data loss (its slot's marker
@@ -48,6 +52,9 @@ do
   if not KEYS[2] or pre_marker == '0' then
     local t = redis.call('TIME')
     pre_time = t
+    if ARGV[8] ~= '0' and tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000) > tonumber(ARGV[8]) then
+      return {-6, tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000), 0}
+    end
     local token = t[1] .. string.rep('0', 6 - #t[2]) .. t[2]
     if redis.call('SET', KEYS[1], ARGV[1] .. '|' .. token .. '|' .. ARGV[4] .. '|' .. ARGV[3] .. '|' .. ARGV[5] .. '|' ..
         ARGV[6] .. '||' .. ARGV[2], 'NX', 'PX', ARGV[4]) then
@@ -57,6 +64,13 @@ do
 end
 
 --[[common]]
+
+-- A call that reaches Redis after lockd gave up on it does nothing: lockd
+-- is undoing whatever it might have done, and an undo that ran before it
+-- would miss it.
+if ARGV[8] ~= '0' and now_ms > tonumber(ARGV[8]) then
+  return {-6, now_ms, 0}
+end
 
 local mode, given = string.sub(ARGV[1], 1, 1), string.sub(ARGV[1], 2, 2)
 local owner, new_id, ttl, attempt, request = ARGV[2], ARGV[3], tonumber(ARGV[4]), ARGV[5], ARGV[6]

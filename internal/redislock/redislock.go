@@ -55,6 +55,10 @@ var (
 	// ErrNotReplicated is returned when Options.WaitReplicas replicas did
 	// not confirm a grant or renewal in time; a grant is given back.
 	ErrNotReplicated = errors.New("redislock: not confirmed by enough replicas")
+	// ErrLate is returned when an acquire reached Redis only after this
+	// client had given up waiting for its reply (Redis was stalled): it did
+	// nothing, and may be tried again.
+	ErrLate = errors.New("redislock: the call reached Redis after lockd gave up on it")
 	// ErrInvalidLeaseID is returned when Request.NewLeaseID makes an id
 	// that cannot name a lease.
 	ErrInvalidLeaseID = errors.New("redislock: invalid lease id")
@@ -300,9 +304,15 @@ type Client struct {
 	waitReplicas  int
 	waitTimeout   time.Duration
 
+	// clock is what the replies told of Redis's clock, replyTimeout how
+	// long rdb waits for a reply: together they bound when a script
+	// reaches nobody (notafter.go).
+	clock        redisClock
+	replyTimeout time.Duration
+
 	// undos are the clean-ups of lost replies still retrying; Close gives
 	// them a moment to land.
-	undos   sync.WaitGroup
+	undos   inFlight
 	closing chan struct{}
 	closed  sync.Once
 }
@@ -338,6 +348,7 @@ func New(rdb redis.UniversalClient, opts Options) *Client {
 	}
 	c := &Client{
 		rdb:           rdb,
+		replyTimeout:  replyTimeout(rdb),
 		cluster:       cc,
 		prefix:        opts.Prefix,
 		publish:       publish,
@@ -376,13 +387,8 @@ func New(rdb redis.UniversalClient, opts Options) *Client {
 // close rdb.
 func (c *Client) Close() error {
 	c.closed.Do(func() {
-		done := make(chan struct{})
-		go func() {
-			c.undos.Wait()
-			close(done)
-		}()
 		select {
-		case <-done:
+		case <-c.undos.idle():
 		case <-time.After(closeWait):
 		}
 		close(c.closing)

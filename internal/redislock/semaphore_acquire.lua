@@ -18,6 +18,8 @@
 --         go to the queue in arrival order
 -- ARGV[10] channel that wakes waiters
 -- ARGV[11] publish command: PUBLISH or SPUBLISH
+-- ARGV[12] not_after_ms, or '0': as in acquire.lua, a call that reaches
+--          Redis later does nothing and answers {-6, now, 0}
 -- Every reply starts {status, now_ms, paused_until_ms}, as acquire.lua's. Then:
 --   granted:  {1, now, paused, lease_id, 'p', hold_count, fencing_token, ttl_ms,
 --             expire_ms, owner, available}
@@ -32,6 +34,10 @@ local limit, owner, new_id, ttl = tonumber(ARGV[1]), ARGV[2], ARGV[3], tonumber(
 local attempt, given, request, grace = ARGV[5], ARGV[6], ARGV[7], tonumber(ARGV[8])
 local wait_ms, channel, publish_cmd = tonumber(ARGV[9]), ARGV[10], ARGV[11]
 waker_channel, waker_cmd = channel, publish_cmd
+
+if ARGV[12] ~= '0' and now_ms > tonumber(ARGV[12]) then
+  return {-6, now_ms, 0}
+end
 
 local paused = check_marker(grace)
 begin()

@@ -32,6 +32,7 @@ var codeTable = []struct {
 	{redislock.ErrUpgrade, codes.FailedPrecondition},
 	{redislock.ErrClosed, codes.Unavailable},
 	{redislock.ErrNotReplicated, codes.Unavailable},
+	{redislock.ErrLate, codes.Unavailable},
 	{redislock.ErrInvalidValue, codes.InvalidArgument},
 	{redislock.ErrNoLeader, codes.NotFound},
 	{redislock.ErrNotLeader, codes.FailedPrecondition},
