@@ -23,7 +23,7 @@ func TestHTTPStreamsOutliveMaxConnectionAge(t *testing.T) {
 	defer cancel()
 	held := s.call(t, http.MethodPost, "/v1/locks/aged/kept:acquire", "", `{"ttl":"30s"}`).ok(t, "acquire")
 	lease := held.str("lease", "leaseId")
-	res, err := s.send(ctx, http.MethodPost, "/v1/locks/aged/kept:keepalive", "", `{"leaseId":"`+lease+`","ttl":"0.300s"}`)
+	res, err := s.send(ctx, http.MethodPost, "/v1/locks/aged/kept:keepalive", "", `{"leaseId":"`+lease+`","ttl":"1s"}`)
 	if err != nil || res.StatusCode != http.StatusOK {
 		t.Fatalf("keepalive: %v %v", res, err)
 	}
