@@ -116,3 +116,32 @@ func TestATicketFetchIsCountedApart(t *testing.T) {
 		t.Fatalf("%d new access tokens counted, want 1", n)
 	}
 }
+
+// TestATimedOutTicketFetchIsNotAPossibleTokenMint has the upstream hand
+// out a ticket but lose its answer past lockd's timeout: the call is
+// counted as the ticket's failed fetch, not as a possible mint of the
+// app's token, whose count it would inflate.
+func TestATimedOutTicketFetchIsNotAPossibleTokenMint(t *testing.T) {
+	t.Parallel()
+	fake := newFake(t, wechatfake.Options{})
+	f := newFleet(t, redistest.Start(t), 1, apps(fake)[:1], token.Options{MintTimeout: 300 * time.Millisecond, UnavailableHold: 50 * time.Millisecond})
+	ctx := timeout(t, time.Minute)
+	b := f.brokers[0]
+	if _, err := b.Get(ctx, "classic", anyone); err != nil {
+		t.Fatal(err)
+	}
+	fake.SetReplyDelay(2 * time.Second)
+	if got, err := b.Ticket(ctx, "classic", "jsapi", anyone); err == nil {
+		t.Fatalf("Ticket = %v with the answer lost", got)
+	}
+	waitFor(t, "the upstream's ticket", func() bool { return fake.TicketsIssued("wx-classic") == 1 })
+	if n := f.obs.fetched("classic", "jsapi", "error"); n != 1 {
+		t.Fatalf("%d failed jsapi fetches counted, want 1", n)
+	}
+	if n := f.obs.possiblyMinted("classic"); n != 0 {
+		t.Fatalf("the observer was told of %d possible token mints, want none: only a ticket call went unanswered", n)
+	}
+	if n, err := b.MintsOn(ctx, "classic", time.Now()); err != nil || n != 1 {
+		t.Fatalf("MintsOn = %d, %v; want 1: the app's token was minted once", n, err)
+	}
+}
