@@ -129,3 +129,70 @@ func allReceived(ws []*watcher, n int) bool {
 	}
 	return true
 }
+
+// TestRollbackNeverServesAnOlderTokenToAReplicaThatOnlyHeardOfTheNewer has
+// one replica replace a token while another, which read only the older
+// one, hears of the newer through the notice alone. Neither while Redis is
+// away (from its memory) nor after Redis came back with the older data
+// does that replica serve the older token, and at most one mint replaces
+// it.
+func TestRollbackNeverServesAnOlderTokenToAReplicaThatOnlyHeardOfTheNewer(t *testing.T) {
+	t.Parallel()
+	for _, p := range guaranteed() {
+		for _, rb := range rollbacks {
+			t.Run(p.name+": "+rb.name, func(t *testing.T) {
+				t.Parallel()
+				srv := redistest.Start(t, redistest.WithArgs("--enable-debug-command", "yes"))
+				fake := newFake(t, wechatfake.Options{})
+				f := newFleet(t, srv, 2, []token.App{p.app(fake)}, token.Options{RedisTimeout: 200 * time.Millisecond})
+				minter, listener := f.brokers[0], f.brokers[1]
+				ctx := timeout(t, 2*time.Minute)
+
+				t1, err := listener.Get(ctx, p.name, anyone)
+				if err != nil {
+					t.Fatal(err)
+				}
+				snapshot := srv.Snapshot(t)
+				p.reject(fake, t1.AccessToken)
+				t2, err := minter.Refresh(ctx, p.name, t1.AccessToken, anyone)
+				if err != nil || t2.AccessToken == t1.AccessToken {
+					t.Fatalf("Refresh = %v, %v; want a new token", t2, err)
+				}
+				ver, err := f.rdb.HGet(ctx, p.key(fake), "ver").Int64()
+				if err != nil {
+					t.Fatal(err)
+				}
+				waitFor(t, "the notice of the newer token", func() bool { return token.HeardVersion(listener, p.name, "") >= ver })
+				issued := p.issued(fake)
+
+				// Redis away: the replica remembers only the older token.
+				srv.Freeze()
+				c, cancelCall := context.WithTimeout(ctx, 2*time.Second)
+				got, err := listener.Get(c, p.name, anyone)
+				cancelCall()
+				srv.Thaw()
+				if err == nil && got.AccessToken == t1.AccessToken {
+					t.Fatal("with Redis away, the replica served the older token from memory after hearing of a newer one")
+				}
+
+				rb.do(t, srv, snapshot)
+
+				for range 20 {
+					c, cancelCall := context.WithTimeout(ctx, 10*time.Second)
+					got, err := listener.Get(c, p.name, anyone)
+					cancelCall()
+					if err != nil {
+						t.Fatalf("Get after the rollback: %v", err)
+					}
+					if got.AccessToken == t1.AccessToken {
+						t.Fatal("after the rollback the replica served the older token")
+					}
+					time.Sleep(10 * time.Millisecond)
+				}
+				if n := p.issued(fake) - issued; n > 1 {
+					t.Fatalf("%d tokens minted after the rollback, want at most one", n)
+				}
+			})
+		}
+	}
+}
