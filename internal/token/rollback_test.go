@@ -280,3 +280,47 @@ func TestRollbackNeverServesAnOlderTicket(t *testing.T) {
 		}
 	}
 }
+
+// TestDeletingTheCachedTokenByHandForcesNoMint deletes the cached token's
+// key, as an operator might to force a new token: a replica that read the
+// token puts it back, as after a rollback, and nothing is minted. What
+// forces a new token is a report of it (RefreshAccessToken) once the
+// upstream refuses it; while the upstream accepts it, the report hands it
+// back.
+func TestDeletingTheCachedTokenByHandForcesNoMint(t *testing.T) {
+	t.Parallel()
+	fake, f, ctx, t1 := startClassic(t, 2, wechatfake.Options{}, token.Options{}, anyone)
+	if got, err := f.brokers[1].Get(ctx, "classic", anyone); err != nil || got.AccessToken != t1.AccessToken {
+		t.Fatalf("the second replica's Get = %v, %v", got, err)
+	}
+	if err := f.rdb.Del(ctx, classicKey).Err(); err != nil {
+		t.Fatal(err)
+	}
+	got, err := f.brokers[1].Get(ctx, "classic", anyone)
+	if err != nil || got.AccessToken != t1.AccessToken {
+		t.Fatalf("Get after the key was deleted = %v, %v; want the token put back", got, err)
+	}
+	if cached, err := f.rdb.HGet(ctx, classicKey, "token").Result(); err != nil || cached != t1.AccessToken {
+		t.Fatalf("the cache holds %q (%v), want the token put back", cached, err)
+	}
+	if n := fake.Mints("wx-classic"); n != 1 {
+		t.Fatalf("%d mints after the key was deleted, want 1", n)
+	}
+
+	if got, err := f.brokers[1].Refresh(ctx, "classic", t1.AccessToken, anyone); err != nil || got.AccessToken != t1.AccessToken {
+		t.Fatalf("Refresh of a token the upstream accepts = %v, %v; want it handed back", got, err)
+	}
+	if n := fake.Mints("wx-classic"); n != 1 {
+		t.Fatalf("%d mints after a report of a token the upstream accepts, want 1", n)
+	}
+	// The upstream now refuses it; another client reports it (the first
+	// one's report was just checked, and is trusted for a while).
+	fake.Reject(t1.AccessToken)
+	t2, err := f.brokers[1].Refresh(ctx, "classic", t1.AccessToken, token.Caller{Name: "another"})
+	if err != nil || t2.AccessToken == t1.AccessToken || !fake.Valid(t2.AccessToken) {
+		t.Fatalf("Refresh of a refused token = %v, %v; want a new one", t2, err)
+	}
+	if got, err := f.brokers[0].Get(ctx, "classic", anyone); err != nil || got.AccessToken != t2.AccessToken {
+		t.Fatalf("Get after the report = %v, %v; want the new token", got, err)
+	}
+}
