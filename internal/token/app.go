@@ -474,13 +474,14 @@ func (v *value) recover(ctx context.Context, st state, demand bool, reporter str
 }
 
 // remembered returns the last value this replica read while it has more
-// than the least margin left, unless it is the one reported invalid: what
-// is served while Redis cannot be reached.
+// than the least margin left, unless it is the one reported invalid or a
+// notice announced a newer one (which the fleet may have served): what is
+// served while Redis cannot be reached.
 func (v *value) remembered(invalid string) (Token, bool) {
 	v.mu.Lock()
-	m := v.mem
+	m, known := v.mem, v.known
 	v.mu.Unlock()
-	if m.token == "" || m.token == invalid || time.Until(m.expire) <= v.b.opts.MinMargin {
+	if m.token == "" || m.token == invalid || m.ver < known || time.Until(m.expire) <= v.b.opts.MinMargin {
 		return Token{}, false
 	}
 	if !v.fromMemory.Swap(true) {

@@ -80,8 +80,8 @@
 // Options.QuotaProbe. A call that got no answer after its request was sent
 // counts in the day's mints: the upstream may have minted. Errors are *Error values wrapping the upstream's
 // *upstream.Error. When Redis cannot be reached the broker serves the last
-// token it read while it is valid, and mints nothing, so that no replica
-// mints behind the others' backs.
+// token it read while it is valid, unless a notice announced a newer one,
+// and mints nothing, so that no replica mints behind the others' backs.
 //
 // # Redis keys
 //

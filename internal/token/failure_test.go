@@ -258,7 +258,8 @@ func TestARedisBlipServesTheLastGoodTokenFromMemory(t *testing.T) {
 
 // TestATimedOutMintIsCountedAsAPossibleMint has the upstream mint but lose
 // its answer past lockd's timeout: the day's mint count includes it, since
-// the quota was spent all the same.
+// the quota was spent all the same, and the observer is told of a possible
+// mint.
 func TestATimedOutMintIsCountedAsAPossibleMint(t *testing.T) {
 	t.Parallel()
 	fake := newFake(t, wechatfake.Options{})
@@ -282,5 +283,11 @@ func TestATimedOutMintIsCountedAsAPossibleMint(t *testing.T) {
 	}
 	if n, err := b.MintsOn(ctx, "classic", time.Now()); err != nil || n != 2 {
 		t.Fatalf("MintsOn = %d, %v; want 2: the upstream minted twice", n, err)
+	}
+	if n := f.obs.possiblyMinted("classic"); n != 1 {
+		t.Fatalf("the observer was told of %d possible mints, want 1", n)
+	}
+	if e, n := f.obs.fetched("classic", "access_token", "error"), f.obs.fetched("classic", "access_token", "new"); e != 1 || n != 1 {
+		t.Fatalf("fetches counted: %d errors and %d new, want 1 and 1", e, n)
 	}
 }

@@ -278,10 +278,41 @@ type observer struct {
 	causes map[string]map[token.Cause]int // by app
 	errors map[string]int                 // by app
 	codes  map[string]int                 // by error code, "" = transport
+	// fetches counts upstream calls by "app value outcome".
+	fetches  map[string]int
+	possible map[string]int // possible mints, by app
 }
 
 func newObserver() *observer {
-	return &observer{mints: map[string]int{}, causes: map[string]map[token.Cause]int{}, errors: map[string]int{}, codes: map[string]int{}}
+	return &observer{mints: map[string]int{}, causes: map[string]map[token.Cause]int{}, errors: map[string]int{}, codes: map[string]int{},
+		fetches: map[string]int{}, possible: map[string]int{}}
+}
+
+func (o *observer) TokenFetched(app, value, outcome string) {
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	o.fetches[app+" "+value+" "+outcome]++
+}
+
+func (o *observer) TokenPossiblyMinted(app string) {
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	o.possible[app]++
+}
+
+// fetched is how many of app's calls for value had outcome.
+func (o *observer) fetched(app, value, outcome string) int {
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	return o.fetches[app+" "+value+" "+outcome]
+}
+
+// possiblyMinted is how many of app's token calls got no answer after
+// they were sent.
+func (o *observer) possiblyMinted(app string) int {
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	return o.possible[app]
 }
 
 func (o *observer) TokenMinted(app string) {

@@ -131,8 +131,10 @@ func (v *value) fetched(outcome string) {
 }
 
 // fetchFailed counts a failed upstream call, and one that got no answer
-// after its request was sent as a mint the upstream may have made: the day's
-// count errs high rather than hide a spent quota.
+// after its request was sent as a mint the upstream may have made: the
+// value's count of the day errs high rather than hide a spent quota. Only
+// a token call is a possible mint to the observer, whose count stands
+// beside the app's token mints.
 func (v *value) fetchFailed(ctx context.Context, err error) {
 	var we *upstream.Error
 	if !errors.As(err, &we) {
@@ -142,7 +144,7 @@ func (v *value) fetchFailed(ctx context.Context, err error) {
 	if !we.Transport || !we.Sent {
 		return
 	}
-	if fo, ok := v.b.opts.Observer.(FetchObserver); ok {
+	if fo, ok := v.b.opts.Observer.(FetchObserver); ok && v.ticket == "" {
 		fo.TokenPossiblyMinted(v.a.name)
 	}
 	key := v.keys.mints(Day(time.Now()))

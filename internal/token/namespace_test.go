@@ -107,7 +107,7 @@ func TestADeploymentWithAnotherSecretNeverReadsTheToken(t *testing.T) {
 	srv := redistest.Start(t)
 	fake := newFake(t, wechatfake.Options{})
 	ctx := timeout(t, 30*time.Second)
-	for _, p := range providers {
+	for _, p := range guaranteed() {
 		t.Run(p.name, func(t *testing.T) {
 			right := []token.App{{Name: p.name, Upstream: p.config(fake.URL())}}
 			wrong := []token.App{{Name: p.name, Upstream: p.config(fake.URL())}}
@@ -126,6 +126,76 @@ func TestADeploymentWithAnotherSecretNeverReadsTheToken(t *testing.T) {
 				t.Fatalf("a deployment with a wrong secret: %v, want the upstream's refusal", err)
 			}
 		})
+	}
+	assertRedisClean(t, ctx, srv.Client(t))
+}
+
+// TestAnOAuth2ClientWithAnotherScopeOrAudienceGetsAnotherToken serves one
+// OAuth2 client with several scopes and audiences, as apps of one
+// configuration and as one app name in two deployments sharing a Redis:
+// each gets a token asked for with its own scope and audience, never one
+// cached for another, from a server that would hand each grant's current
+// token out again.
+func TestAnOAuth2ClientWithAnotherScopeOrAudienceGetsAnotherToken(t *testing.T) {
+	t.Parallel()
+	srv := redistest.Start(t)
+	fake := wechatfake.New(wechatfake.Options{OAuth2: map[string]string{"oauth-client": oauth2Secret}, OAuth2Reuse: time.Hour})
+	t.Cleanup(fake.Close)
+	ctx := timeout(t, time.Minute)
+	base := others[2].config(fake.URL())
+	grants := []struct{ name, scope, audience string }{
+		{"reader", base.Scope, base.Audience},
+		{"writer", "tokens.write", base.Audience},
+		{"elsewhere", base.Scope, "https://other.example.com"},
+		{"bare", "", ""},
+	}
+	var configured []token.App
+	for _, g := range grants {
+		cfg := base
+		cfg.Scope, cfg.Audience = g.scope, g.audience
+		configured = append(configured, token.App{Name: g.name, Upstream: cfg})
+	}
+	f := newFleet(t, srv, 2, configured, token.Options{})
+	keys, tokens := map[string]string{}, map[string]string{}
+	for i, g := range grants {
+		key := "lockd:token:{" + token.Identity(configured[i].Upstream) + "}"
+		if other, ok := keys[key]; ok {
+			t.Fatalf("%s and %s share the cache key %s", other, g.name, key)
+		}
+		keys[key] = g.name
+		tok := oneToken(t, g.name, f.concurrently(4, func(b *token.Broker) (token.Token, error) { return b.Get(ctx, g.name, anyone) }))
+		if other, ok := tokens[tok.AccessToken]; ok {
+			t.Fatalf("%s got the token of %s", g.name, other)
+		}
+		tokens[tok.AccessToken] = g.name
+		if scope, audience, ok := fake.Grant(tok.AccessToken); !ok || scope != g.scope || audience != g.audience {
+			t.Fatalf("%s got a token asked for with scope %q and audience %q (%v); want %q and %q", g.name, scope, audience, ok, g.scope, g.audience)
+		}
+		if cached, err := f.rdb.HGet(ctx, key, "token").Result(); err != nil || cached != tok.AccessToken {
+			t.Fatalf("%s's key holds %q (%v), want its token", g.name, cached, err)
+		}
+	}
+	if n := fake.Issued("oauth-client"); n != len(grants) {
+		t.Fatalf("%d tokens issued, want one per grant (%d)", n, len(grants))
+	}
+
+	// Another deployment on the same Redis names its app as the first
+	// one's "reader", with another scope.
+	cfg := base
+	cfg.Scope = "tokens.write tokens.read"
+	other := newFleet(t, srv, 1, []token.App{{Name: "reader", Upstream: cfg}}, token.Options{}).brokers[0]
+	tok, err := other.Get(ctx, "reader", anyone)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if name, ok := tokens[tok.AccessToken]; ok {
+		t.Fatalf("the other deployment's reader got the token of %s", name)
+	}
+	if scope, _, _ := fake.Grant(tok.AccessToken); scope != cfg.Scope {
+		t.Fatalf("the other deployment's reader got a token asked for with scope %q, want %q", scope, cfg.Scope)
+	}
+	if got, err := f.brokers[1].Get(ctx, "reader", anyone); err != nil || tokens[got.AccessToken] != "reader" {
+		t.Fatalf("the first deployment's reader then got %v, %v; want its own token", got, err)
 	}
 	assertRedisClean(t, ctx, srv.Client(t))
 }

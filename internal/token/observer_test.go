@@ -11,3 +11,6 @@ var _ token.Observer = (*telemetry.TokenMetrics)(nil)
 // They also take the state of each app's token, and why each was minted is
 // left to the log.
 var _ token.StateObserver = (*telemetry.TokenMetrics)(nil)
+
+// The tests' observer counts every upstream call too.
+var _ token.FetchObserver = (*observer)(nil)

@@ -133,7 +133,8 @@ type Options struct {
 	// cache when no notice arrives; default 1s.
 	Recheck time.Duration
 	// RedisTimeout bounds a read of the cache, after which the last token
-	// read is served from memory while it is valid; default 1s.
+	// read is served from memory while it is valid (and no notice
+	// announced a newer one); default 1s.
 	RedisTimeout time.Duration
 	// CredentialsHold is how long no replica with the same credentials
 	// calls the upstream after it rejected them, doubling with each

@@ -241,7 +241,11 @@ type token struct {
 	// rejected: refused by the validation and ticket endpoints, though
 	// the token endpoints may still hand it out (Reject).
 	rejected bool
+	grant    grant // what an OAuth2 token was asked for
 }
+
+// grant is the scope and audience an OAuth2 token was asked for.
+type grant struct{ scope, audience string }
 
 type fault struct{ errcode, status int }
 

@@ -52,19 +52,30 @@ func replyStatus(w http.ResponseWriter, status int, v any) {
 // one, the old one living out its lifetime. It returns the token and the
 // life it announces.
 func (s *Server) handOut(a *account, kind api, keep time.Duration, renew bool) (*token, time.Duration) {
+	return s.handOutFor(a, kind, grant{}, keep, renew)
+}
+
+// handOutFor is handOut for one grant of an OAuth2 client: each scope and
+// audience has a current token of its own.
+func (s *Server) handOutFor(a *account, kind api, g grant, keep time.Duration, renew bool) (*token, time.Duration) {
 	now := s.opts.Now()
 	if day := beijingDate(now); a.day != day {
 		a.day, a.used, a.forces = day, map[api]int{}, 0
 	}
 	a.used[kind]++
-	if cur := a.current[kind]; cur != nil && !cur.early && cur.expires.Sub(now) > keep && now.Before(cur.expires) {
+	slot := kind
+	if g != (grant{}) {
+		slot = kind + api("\x00"+g.scope+"\x00"+g.audience)
+	}
+	if cur := a.current[slot]; cur != nil && !cur.early && cur.expires.Sub(now) > keep && now.Before(cur.expires) {
 		if renew || s.opts.Renew {
 			cur.expires = now.Add(s.opts.ExpiresIn)
 		}
 		return cur, time.Duration(s.opts.Rounding.seconds(cur.expires.Sub(now))) * time.Second
 	}
 	t := s.newToken(a, kind, now)
-	a.current[kind] = t
+	t.grant = g
+	a.current[slot] = t
 	return t, s.opts.ExpiresIn
 }
 
@@ -244,7 +255,8 @@ func (s *Server) oauth2Token(w http.ResponseWriter, r *http.Request) {
 	case !s.scopesAllowed(form.Get("scope")):
 		fail(http.StatusBadRequest, "invalid_scope", "the requested scope is not allowed")
 	default:
-		t, life := s.handOut(a, apiOAuth2, s.oauth2Keep(), false)
+		g := grant{scope: form.Get("scope"), audience: form.Get("audience")}
+		t, life := s.handOutFor(a, apiOAuth2, g, s.oauth2Keep(), false)
 		w.Header().Set("Cache-Control", "no-store")
 		answer := map[string]any{"access_token": t.value, "token_type": "Bearer", "expires_in": int64(life / time.Second)}
 		if sc := form.Get("scope"); sc != "" {
@@ -292,6 +304,19 @@ func (s *Server) oauth2Resource(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	reply(w, map[string]string{"ok": "yes"})
+}
+
+// Grant returns the scope and audience the OAuth2 request that minted tok
+// asked for (empty when it named none), and whether tok is an OAuth2 token
+// the server issued.
+func (s *Server) Grant(tok string) (scope, audience string, ok bool) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	t := s.tokens[tok]
+	if t == nil || t.kind != apiOAuth2 {
+		return "", "", false
+	}
+	return t.grant.scope, t.grant.audience, true
 }
 
 // Seen returns the access tokens the validation endpoint at path (e.g.
