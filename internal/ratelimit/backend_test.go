@@ -2,6 +2,7 @@ package ratelimit_test
 
 import (
 	"context"
+	"path/filepath"
 	"strings"
 	"sync"
 	"testing"
@@ -17,7 +18,10 @@ import (
 
 // contract is the limiter's contract suite: every case runs against a real
 // redis-server, a valkey-server, the embedded store, a 3-master Redis
-// Cluster and a Sentinel deployment.
+// Cluster and a Sentinel deployment. Under `make test-valkey`
+// (REDISTEST_SERVER=valkey-server) the harness starts valkey-server in
+// place of redis-server, so the single server, the Cluster's nodes and the
+// Sentinel deployment (Sentinels included) are all Valkey.
 var contract = []struct {
 	name string
 	run  func(t *testing.T, b backend)
@@ -103,8 +107,13 @@ func TestContract(t *testing.T) {
 			}
 		})
 	}
-	single("redis")
-	single("valkey", redistest.Valkey())
+	// The harness's own server, named for what it is; Valkey beside it
+	// when that is not Valkey already.
+	server := strings.TrimSuffix(filepath.Base(redistest.ServerBinary()), "-server")
+	single(server)
+	if server != "valkey" {
+		single("valkey", redistest.Valkey())
+	}
 	t.Run("embedded", func(t *testing.T) {
 		t.Parallel()
 		st, err := embedded.Start()
