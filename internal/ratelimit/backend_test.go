@@ -2,6 +2,7 @@ package ratelimit_test
 
 import (
 	"context"
+	"fmt"
 	"path/filepath"
 	"strings"
 	"sync"
@@ -99,6 +100,7 @@ func TestContract(t *testing.T) {
 		t.Run(name, func(t *testing.T) {
 			t.Parallel()
 			rdb := redistest.Start(t, opts...).Client(t)
+			runsOn(t, rdb, name)
 			for _, tc := range contract {
 				t.Run(tc.name, func(t *testing.T) {
 					t.Parallel()
@@ -133,6 +135,7 @@ func TestContract(t *testing.T) {
 	t.Run("cluster", func(t *testing.T) {
 		t.Parallel()
 		rdb := redistest.StartCluster(t, 3).ClusterClient(t)
+		runsOn(t, rdb, server)
 		for _, tc := range contract {
 			t.Run(tc.name, func(t *testing.T) {
 				t.Parallel()
@@ -143,6 +146,7 @@ func TestContract(t *testing.T) {
 	t.Run("sentinel", func(t *testing.T) {
 		t.Parallel()
 		rdb := redistest.StartSentinel(t).FailoverClient(t)
+		runsOn(t, rdb, server)
 		for _, tc := range contract {
 			t.Run(tc.name, func(t *testing.T) {
 				t.Parallel()
@@ -150,6 +154,37 @@ func TestContract(t *testing.T) {
 			})
 		}
 	})
+}
+
+// runsOn fails the test unless every master behind rdb is the server
+// named (redis or valkey, as INFO server tells them apart), so that a
+// backend is what its name says; other servers are not checked.
+func runsOn(t *testing.T, rdb redis.UniversalClient, server string) {
+	t.Helper()
+	if server != "redis" && server != "valkey" {
+		return
+	}
+	check := func(ctx context.Context, c *redis.Client) error {
+		info, err := c.Info(ctx, "server").Result()
+		if err != nil {
+			return err
+		}
+		if isValkey := strings.Contains(info, "valkey_version:"); isValkey != (server == "valkey") {
+			return fmt.Errorf("%s is not %s (valkey_version in INFO server: %v)", c.Options().Addr, server, isValkey)
+		}
+		return nil
+	}
+	ctx := ctxT(t, 30*time.Second)
+	var err error
+	switch c := rdb.(type) {
+	case *redis.ClusterClient:
+		err = c.ForEachMaster(ctx, check)
+	case *redis.Client:
+		err = check(ctx, c)
+	}
+	if err != nil {
+		t.Fatal(err)
+	}
 }
 
 func ctxT(t *testing.T, d time.Duration) context.Context {
