@@ -62,8 +62,8 @@ test-deploy: deps ## Check deploy/'s Prometheus config and alert rules; run the 
 	cd deploy/prometheus && promtool check config prometheus.yml && promtool test rules lockd-alerts.test.yml
 
 .PHONY: test-valkey
-test-valkey: valkey-deps ## Run the engine's and the token broker's suites on Valkey (single, Sentinel, Cluster).
-	REDISTEST_SERVER=valkey-server $(GO) test -race -count=1 -timeout 20m ./internal/redislock/ ./internal/token/
+test-valkey: valkey-deps ## Run the engine's, the rate limiter's and the token broker's suites on Valkey (single, Sentinel, Cluster).
+	REDISTEST_SERVER=valkey-server $(GO) test -race -count=1 -timeout 20m ./internal/redislock/ ./internal/ratelimit/ ./internal/token/
 
 .PHONY: test-go-client
 test-go-client: .bin/lockd ## Run the Go client module's tests and examples against a lockd process.

@@ -4,7 +4,9 @@
 # users; see README.md for why it is not built with Maven here.
 #
 #   ./build.sh jar    generate stubs from ../../proto, compile, write build/lockd-client.jar
-#   ./build.sh test   the jar, then the tests against real lockd and redis-server processes
+#                     (and fail if it holds anything but io/lockd/** and META-INF/)
+#   ./build.sh test   the jar, a check that the jar check refuses a foreign class, then
+#                     the tests against real lockd and redis-server processes
 #                     (LOCKD_BIN and WECHAT_FAKE_BIN name prebuilt binaries; otherwise the
 #                     tests build them with go; JUNIT_SELECT="--select-class io.lockd.client.LossTest"
 #                     runs one class)
@@ -50,6 +52,39 @@ native_lib() {
   cp "$so" build/native/libnetty_tcnative.so
 }
 
+# check_jar fails unless every entry of the jar $1 is lockd's own (io/lockd/**,
+# also under META-INF/versions/N/) or other META-INF metadata: the client bundles
+# none of its dependencies, so it can never clash with an application's copies.
+check_jar() {
+  local foreign
+  foreign=$(jar --list --file "$1" | awk '
+    /^(META-INF\/versions\/[0-9]+\/)?io\/(lockd\/.*)?$/ { next }
+    /^META-INF\// && !/\.class$/ { next }
+    { print }')
+  if [[ -n "$foreign" ]]; then
+    echo "$1 holds entries outside io/lockd/ and META-INF/:" >&2
+    echo "$foreign" >&2
+    return 1
+  fi
+}
+
+# check_jar_refuses_foreign adds a class of another package to a copy of the
+# jar and expects check_jar to refuse it.
+check_jar_refuses_foreign() {
+  local tmp
+  tmp=$(mktemp -d)
+  mkdir -p "$tmp/org/example"
+  : >"$tmp/org/example/Foreign.class"
+  cp build/lockd-client.jar "$tmp/probe.jar"
+  jar --update --file "$tmp/probe.jar" -C "$tmp" org/example/Foreign.class
+  if check_jar "$tmp/probe.jar" 2>/dev/null; then
+    rm -rf "$tmp"
+    echo "check_jar accepted a jar holding org/example/Foreign.class" >&2
+    exit 1
+  fi
+  rm -rf "$tmp"
+}
+
 build_jar() {
   rm -rf build/gen build/classes
   mkdir -p build/gen build/classes
@@ -65,6 +100,7 @@ build_jar() {
   mkdir -p build/classes/META-INF
   cp ../../LICENSE build/classes/META-INF/LICENSE
   jar --create --file build/lockd-client.jar -C build/classes .
+  check_jar build/lockd-client.jar
   native_lib
   echo "wrote clients/java/build/lockd-client.jar"
 }
@@ -86,6 +122,6 @@ run_tests() {
 
 case "${1:-test}" in
   jar) build_jar ;;
-  test) build_jar; run_tests ;;
+  test) build_jar; check_jar_refuses_foreign; run_tests ;;
   *) echo "usage: $0 [jar|test]" >&2; exit 2 ;;
 esac

@@ -2,6 +2,8 @@ package ratelimit_test
 
 import (
 	"context"
+	"fmt"
+	"path/filepath"
 	"strings"
 	"sync"
 	"testing"
@@ -17,7 +19,10 @@ import (
 
 // contract is the limiter's contract suite: every case runs against a real
 // redis-server, a valkey-server, the embedded store, a 3-master Redis
-// Cluster and a Sentinel deployment.
+// Cluster and a Sentinel deployment. Under `make test-valkey`
+// (REDISTEST_SERVER=valkey-server) the harness starts valkey-server in
+// place of redis-server, so the single server, the Cluster's nodes and the
+// Sentinel deployment (Sentinels included) are all Valkey.
 var contract = []struct {
 	name string
 	run  func(t *testing.T, b backend)
@@ -95,6 +100,7 @@ func TestContract(t *testing.T) {
 		t.Run(name, func(t *testing.T) {
 			t.Parallel()
 			rdb := redistest.Start(t, opts...).Client(t)
+			runsOn(t, rdb, name)
 			for _, tc := range contract {
 				t.Run(tc.name, func(t *testing.T) {
 					t.Parallel()
@@ -103,8 +109,13 @@ func TestContract(t *testing.T) {
 			}
 		})
 	}
-	single("redis")
-	single("valkey", redistest.Valkey())
+	// The harness's own server, named for what it is; Valkey beside it
+	// when that is not Valkey already.
+	server := strings.TrimSuffix(filepath.Base(redistest.ServerBinary()), "-server")
+	single(server)
+	if server != "valkey" {
+		single("valkey", redistest.Valkey())
+	}
 	t.Run("embedded", func(t *testing.T) {
 		t.Parallel()
 		st, err := embedded.Start()
@@ -124,6 +135,7 @@ func TestContract(t *testing.T) {
 	t.Run("cluster", func(t *testing.T) {
 		t.Parallel()
 		rdb := redistest.StartCluster(t, 3).ClusterClient(t)
+		runsOn(t, rdb, server)
 		for _, tc := range contract {
 			t.Run(tc.name, func(t *testing.T) {
 				t.Parallel()
@@ -134,6 +146,7 @@ func TestContract(t *testing.T) {
 	t.Run("sentinel", func(t *testing.T) {
 		t.Parallel()
 		rdb := redistest.StartSentinel(t).FailoverClient(t)
+		runsOn(t, rdb, server)
 		for _, tc := range contract {
 			t.Run(tc.name, func(t *testing.T) {
 				t.Parallel()
@@ -141,6 +154,37 @@ func TestContract(t *testing.T) {
 			})
 		}
 	})
+}
+
+// runsOn fails the test unless every master behind rdb is the server
+// named (redis or valkey, as INFO server tells them apart), so that a
+// backend is what its name says; other servers are not checked.
+func runsOn(t *testing.T, rdb redis.UniversalClient, server string) {
+	t.Helper()
+	if server != "redis" && server != "valkey" {
+		return
+	}
+	check := func(ctx context.Context, c *redis.Client) error {
+		info, err := c.Info(ctx, "server").Result()
+		if err != nil {
+			return err
+		}
+		if isValkey := strings.Contains(info, "valkey_version:"); isValkey != (server == "valkey") {
+			return fmt.Errorf("%s is not %s (valkey_version in INFO server: %v)", c.Options().Addr, server, isValkey)
+		}
+		return nil
+	}
+	ctx := ctxT(t, 30*time.Second)
+	var err error
+	switch c := rdb.(type) {
+	case *redis.ClusterClient:
+		err = c.ForEachMaster(ctx, check)
+	case *redis.Client:
+		err = check(ctx, c)
+	}
+	if err != nil {
+		t.Fatal(err)
+	}
 }
 
 func ctxT(t *testing.T, d time.Duration) context.Context {
