@@ -226,7 +226,7 @@ func (s *LockServer) Renew(ctx context.Context, req *lockdv1.RenewRequest) (*loc
 	if err != nil {
 		return nil, toStatus(ctx, s.log, err)
 	}
-	s.leases.renewed(ctx, req.GetLeaseId(), l.TTL)
+	s.leases.renewed(ctx, l)
 	return &lockdv1.RenewResponse{Lease: toProto(shownOwner(ctx, l))}, nil
 }
 
@@ -262,7 +262,7 @@ func (s *LockServer) KeepAlive(req *lockdv1.KeepAliveRequest, stream lockdv1.Loc
 	})
 	keeper := s.engine.NewKeeper(req.GetKey(), req.GetLeaseId())
 	err = keeper.KeepAlive(kctx, ttl, func(l redislock.Lease) error {
-		s.leases.renewed(ctx, req.GetLeaseId(), l.TTL)
+		s.leases.renewed(ctx, l)
 		out.offer(toProto(shownOwner(ctx, l)))
 		return nil
 	})

@@ -10,24 +10,32 @@ import (
 	"github.com/lockd/lockd/internal/redislock"
 )
 
-// With authentication on, each replica keeps a book of the leases it
-// granted by unary calls (Acquire, RLock, WLock, a semaphore's Acquire),
-// by client, in memory: it bounds how many leases a client holds at once
-// through the replica (limits.leases, or the fair share), and it is how a
-// reload that removes a client releases that client's leases at once
-// rather than at their ttl. It costs no Redis round trip: a lease leaves
-// the book when it is released through this replica, is lost under its
-// KeepAlive here, or its ttl (as last granted or renewed here) has run
-// out. So the count is per replica, and errs high, never low: a lease
-// released or renewed on another replica counts here until its ttl, as
-// last seen here, ends. Streams (Hold, Campaign) hold their leases only
-// while they stay open, and are bounded as streams.
+// With authentication on, each replica keeps a book of the leases held
+// through it by unary calls (Acquire, RLock, WLock, a semaphore's Acquire)
+// and renewed through it (Renew, KeepAlive), by client, in memory: it
+// bounds how many leases a client holds at once through the replica
+// (limits.leases, or the fair share), and it is how a reload that removes
+// a client releases that client's leases at once rather than at their
+// ttl. It costs no Redis round trip. A lease enters the book when granted
+// or renewed here (a lease granted through another replica enters at its
+// first renewal here, even beyond the client's limit: a renewal is never
+// refused, as that would lose a held lease, and the client gets no new
+// lease here until it is back under its limit). It leaves the book when
+// it is released through this replica, is lost under its KeepAlive here,
+// or its ttl (as last granted or renewed here) has run out. So every held
+// lease is in the book of the replica that last granted or renewed it,
+// and may stay in others' until their ttl as last seen there ends. The
+// count is per replica: a client that spreads its calls over several
+// replicas holds up to its limit through each. Streams (Hold, Campaign)
+// hold their leases only while they stay open, and are bounded as
+// streams.
 
 // sweepEvery is how often, at most, a client's expired entries are
 // dropped as leases are added.
 const sweepEvery = 5 * time.Second
 
-// leaseBook is the leases granted through this replica, by client.
+// leaseBook is the leases granted or renewed through this replica, by
+// client.
 type leaseBook struct {
 	clients sync.Map // client name -> *clientLeases
 }
@@ -127,18 +135,7 @@ func (b *leaseBook) reserve(ctx context.Context, key, owner string, mode redislo
 		if err != nil || !res.Acquired {
 			return
 		}
-		l := res.Lease
-		expires := now.Add(l.TTL)
-		if booked, ok := c.byID[l.ID]; ok {
-			booked.expires = later(booked.expires, expires)
-			return
-		}
-		h := holder{key: l.Key, owner: l.Owner, mode: l.Mode}
-		c.byID[l.ID] = &bookedLease{holder: h, expires: expires}
-		c.byHolder[h] = l.ID
-		if now.Sub(c.swept) >= sweepEvery {
-			c.sweep(now)
-		}
+		c.bookLocked(res.Lease, now)
 	}, nil
 }
 
@@ -149,17 +146,35 @@ func later(a, b time.Time) time.Time {
 	return b
 }
 
-// renewed moves a booked lease's expiry to ttl from now.
-func (b *leaseBook) renewed(ctx context.Context, leaseID string, ttl time.Duration) {
+// bookLocked counts l, granted or renewed at now, until its ttl from now
+// has run out; c.mu is held.
+func (c *clientLeases) bookLocked(l redislock.Lease, now time.Time) {
+	expires := now.Add(l.TTL)
+	if booked, ok := c.byID[l.ID]; ok {
+		booked.expires = later(booked.expires, expires)
+		return
+	}
+	h := holder{key: l.Key, owner: l.Owner, mode: l.Mode}
+	c.byID[l.ID] = &bookedLease{holder: h, expires: expires}
+	c.byHolder[h] = l.ID
+	if now.Sub(c.swept) >= sweepEvery {
+		c.sweep(now)
+	}
+}
+
+// renewed counts l, just renewed by the caller of ctx, until its ttl from
+// now has run out: a lease granted through another replica is booked
+// here from its first renewal, even beyond the client's limit (a
+// renewal is never refused, as that would lose a held lease; the client
+// then gets no new lease here until it is back under its limit).
+func (b *leaseBook) renewed(ctx context.Context, l redislock.Lease) {
 	id, ok := auth.FromContext(ctx)
 	if !ok {
 		return
 	}
 	c := b.of(id.Name)
 	c.mu.Lock()
-	if l, ok := c.byID[leaseID]; ok {
-		l.expires = later(l.expires, time.Now().Add(ttl))
-	}
+	c.bookLocked(l, time.Now())
 	c.mu.Unlock()
 }
 
