@@ -48,6 +48,7 @@ func WithAudit(log *slog.Logger) Option {
 // NewLockServer returns a LockServer on engine.
 func NewLockServer(engine *redislock.Client, bounds Bounds, log *slog.Logger, opts ...Option) *LockServer {
 	s := &LockServer{engine: engine, bounds: bounds, log: log}
+	s.leases.describe = engine.Describe
 	s.drained, s.drain = context.WithCancel(context.Background())
 	for _, o := range opts {
 		o(s)
@@ -153,7 +154,7 @@ func (s *LockServer) acquireLimited(ctx context.Context, mode redislock.Mode, li
 	owner := ownerFor(ctx, req.GetOwner())
 	booked := func(redislock.Result, error) {}
 	if held {
-		if booked, err = s.leases.reserve(ctx, req.GetKey(), owner, mode, s.bounds.FairShareLeases); err != nil {
+		if booked, err = s.leases.reserve(bctx, req.GetKey(), owner, mode, s.bounds.FairShareLeases); err != nil {
 			return redislock.Result{}, toStatus(ctx, s.log, err)
 		}
 	}
