@@ -242,7 +242,7 @@ func (c *clientLeases) bookLocked(l redislock.Lease, now time.Time, taken bool) 
 		return
 	}
 	h := holder{key: l.Key, owner: l.Owner, mode: l.Mode}
-	if old, ok := c.byHolder[h]; ok {
+	if old, ok := c.byHolder[h]; ok && c.byID[old] != nil {
 		// An owner holds a key in a mode by one lease at a time: the
 		// lease booked before is gone.
 		c.dropLocked(old, c.byID[old])
