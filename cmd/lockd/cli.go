@@ -14,6 +14,7 @@ import (
 	"syscall"
 
 	"github.com/lockd/lockd/client"
+	"github.com/lockd/lockd/internal/config"
 )
 
 // subcommand is one of lockd's client subcommands.
@@ -160,14 +161,14 @@ func (f *clientFlags) dial(getenv func(string) string, extra ...client.Option) (
 	opts := extra
 	token := getenv("LOCKD_TOKEN")
 	if f.tokenFile != "" {
-		b, err := os.ReadFile(f.tokenFile)
+		t, err := config.ReadSecretFile(f.tokenFile)
+		if t = strings.TrimSpace(t); err == nil && t == "" {
+			err = errors.New("the file named there is empty")
+		}
 		if err != nil {
 			return nil, fmt.Errorf("--token-file: %w", err)
 		}
-		token = strings.TrimSpace(string(b))
-		if token == "" {
-			return nil, fmt.Errorf("--token-file: %s is empty", f.tokenFile)
-		}
+		token = t
 	}
 	if token != "" {
 		opts = append(opts, client.WithBearerToken(token))

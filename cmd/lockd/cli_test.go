@@ -4,6 +4,8 @@ import (
 	"errors"
 	"flag"
 	"io"
+	"os"
+	"path/filepath"
 	"strings"
 	"testing"
 	"time"
@@ -76,6 +78,41 @@ func TestEveryClientFlagIsInTheManual(t *testing.T) {
 	for _, name := range helpFlags(t, out.String()) {
 		if !strings.Contains(section, "`--"+name+"`") {
 			t.Errorf("lockd lock flag --%s has no line in docs/clients.md's command line section", name)
+		}
+	}
+}
+
+// TestTokenFileErrorsDoNotShowThePath: --token-file may have been given
+// the token itself; whatever is wrong with the file, the error names the
+// flag and never the path.
+func TestTokenFileErrorsDoNotShowThePath(t *testing.T) {
+	t.Parallel()
+	dir := t.TempDir()
+	empty := filepath.Join(dir, "s3cret-bearer-token-empty")
+	long := filepath.Join(dir, "s3cret-bearer-token-long")
+	if err := os.WriteFile(empty, []byte(" \n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(long, []byte(strings.Repeat("t", 64<<10+1)), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	for _, tc := range []struct{ name, file, want string }{
+		{"the token pasted as the file", "s3cret-bearer-token", "cannot be read"},
+		{"an empty file", empty, "is empty"},
+		{"a file too long", long, "longer than"},
+		{"a directory", dir, "cannot be read"},
+	} {
+		f := clientFlags{addr: "127.0.0.1:50051", tokenFile: tc.file}
+		c, err := f.dial(func(string) string { return "" })
+		if err == nil {
+			_ = c.Close()
+		}
+		if err == nil || !strings.Contains(err.Error(), "--token-file") || !strings.Contains(err.Error(), tc.want) {
+			t.Errorf("%s: %v, want an error of --token-file that says %q", tc.name, err, tc.want)
+			continue
+		}
+		if strings.Contains(err.Error(), "s3cret-bearer-token") || strings.Contains(err.Error(), dir) {
+			t.Errorf("%s: %q shows the path", tc.name, err)
 		}
 	}
 }

@@ -4,16 +4,15 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"io"
 	"log/slog"
 	"net"
 	"net/url"
-	"os"
 	"strings"
 	"time"
 
 	"github.com/redis/go-redis/v9"
 
+	"github.com/lockd/lockd/internal/config"
 	"github.com/lockd/lockd/internal/embedded"
 	"github.com/lockd/lockd/internal/redislock"
 )
@@ -43,11 +42,9 @@ func connect(cfg Config, log *slog.Logger, identity *redislock.IdentityCheck) (r
 	return rdb, func() { rdb.Close() }, nil
 }
 
-// maxPasswordFileBytes bounds --redis-password-file.
-const maxPasswordFileBytes = 64 << 10
-
 // redisPassword returns the Redis password given directly or in file (one
-// or the other), without a trailing newline.
+// or the other), without a trailing newline. Its errors never show file,
+// which may be the password pasted in its place.
 func redisPassword(direct, file string) (string, error) {
 	if file == "" {
 		return direct, nil
@@ -55,21 +52,9 @@ func redisPassword(direct, file string) (string, error) {
 	if direct != "" {
 		return "", errors.New("--redis-password-file and LOCKD_REDIS_PASSWORD: give the password once")
 	}
-	f, err := os.Open(file)
+	pw, err := config.ReadSecretFile(file)
 	if err != nil {
 		return "", fmt.Errorf("--redis-password-file: %w", err)
-	}
-	defer f.Close()
-	data, err := io.ReadAll(io.LimitReader(f, maxPasswordFileBytes+1))
-	switch {
-	case err != nil:
-		return "", fmt.Errorf("--redis-password-file: %w", err)
-	case len(data) > maxPasswordFileBytes:
-		return "", fmt.Errorf("--redis-password-file: %s is longer than %d bytes", file, maxPasswordFileBytes)
-	}
-	pw := strings.TrimRight(string(data), "\r\n")
-	if pw == "" {
-		return "", fmt.Errorf("--redis-password-file: %s is empty", file)
 	}
 	return pw, nil
 }

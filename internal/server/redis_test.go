@@ -83,3 +83,34 @@ func TestRedisPasswordFromAFile(t *testing.T) {
 		}
 	}
 }
+
+// TestRedisPasswordFileErrorsDoNotShowThePath: --redis-password-file may
+// have been given the password itself; whatever is wrong with the file,
+// the error names the flag and never the path.
+func TestRedisPasswordFileErrorsDoNotShowThePath(t *testing.T) {
+	t.Parallel()
+	dir := t.TempDir()
+	empty := filepath.Join(dir, "Sup3rS3cretPassw0rd-empty")
+	long := filepath.Join(dir, "Sup3rS3cretPassw0rd-long")
+	if err := os.WriteFile(empty, []byte("\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(long, []byte(strings.Repeat("p", 64<<10+1)), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	for _, tc := range []struct{ name, file, want string }{
+		{"the password pasted as the file", "Sup3rS3cretPassw0rd", "cannot be read"},
+		{"an empty file", empty, "is empty"},
+		{"a file too long", long, "longer than"},
+		{"a directory", dir, "cannot be read"},
+	} {
+		_, err := redisPassword("", tc.file)
+		if err == nil || !strings.Contains(err.Error(), "--redis-password-file") || !strings.Contains(err.Error(), tc.want) {
+			t.Errorf("%s: %v, want an error of --redis-password-file that says %q", tc.name, err, tc.want)
+			continue
+		}
+		if strings.Contains(err.Error(), "Sup3rS3cretPassw0rd") || strings.Contains(err.Error(), dir) {
+			t.Errorf("%s: %q shows the path", tc.name, err)
+		}
+	}
+}

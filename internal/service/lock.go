@@ -48,6 +48,7 @@ func WithAudit(log *slog.Logger) Option {
 // NewLockServer returns a LockServer on engine.
 func NewLockServer(engine *redislock.Client, bounds Bounds, log *slog.Logger, opts ...Option) *LockServer {
 	s := &LockServer{engine: engine, bounds: bounds, log: log}
+	s.leases.describe = engine.Describe
 	s.drained, s.drain = context.WithCancel(context.Background())
 	for _, o := range opts {
 		o(s)
@@ -153,7 +154,7 @@ func (s *LockServer) acquireLimited(ctx context.Context, mode redislock.Mode, li
 	owner := ownerFor(ctx, req.GetOwner())
 	booked := func(redislock.Result, error) {}
 	if held {
-		if booked, err = s.leases.reserve(ctx, req.GetKey(), owner, mode, s.bounds.FairShareLeases); err != nil {
+		if booked, err = s.leases.reserve(bctx, req.GetKey(), owner, mode, s.bounds.FairShareLeases); err != nil {
 			return redislock.Result{}, toStatus(ctx, s.log, err)
 		}
 	}
@@ -226,7 +227,7 @@ func (s *LockServer) Renew(ctx context.Context, req *lockdv1.RenewRequest) (*loc
 	if err != nil {
 		return nil, toStatus(ctx, s.log, err)
 	}
-	s.leases.renewed(ctx, req.GetLeaseId(), l.TTL)
+	s.leases.renewed(ctx, l)
 	return &lockdv1.RenewResponse{Lease: toProto(shownOwner(ctx, l))}, nil
 }
 
@@ -262,7 +263,7 @@ func (s *LockServer) KeepAlive(req *lockdv1.KeepAliveRequest, stream lockdv1.Loc
 	})
 	keeper := s.engine.NewKeeper(req.GetKey(), req.GetLeaseId())
 	err = keeper.KeepAlive(kctx, ttl, func(l redislock.Lease) error {
-		s.leases.renewed(ctx, req.GetLeaseId(), l.TTL)
+		s.leases.renewed(ctx, l)
 		out.offer(toProto(shownOwner(ctx, l)))
 		return nil
 	})

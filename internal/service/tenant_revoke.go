@@ -14,7 +14,7 @@ import (
 const revokeTimeout = 5 * time.Second
 
 // Revoke releases at once the leases granted through this replica by
-// unary calls (see leaseBook) whose client may no longer lock their key,
+// unary calls or renewed through it (see leaseBook) whose client may no longer lock their key,
 // by mayLock: after a reload, the clients it removed lose their leases,
 // and a client whose prefixes it narrowed those outside them, so that
 // nobody waits for them until their ttl. Every stream keeping one alive

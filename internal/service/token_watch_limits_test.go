@@ -4,6 +4,7 @@ import (
 	"context"
 	"io"
 	"log/slog"
+	"strings"
 	"testing"
 	"time"
 
@@ -42,19 +43,7 @@ func TestWatchStreamsAreBounded(t *testing.T) {
 	orders := metadata.AppendToOutgoingContext(ctx, "authorization", "Bearer orders-bearer-token-0123")
 	shop := metadata.AppendToOutgoingContext(ctx, "authorization", "Bearer shop-bearer-token-012345")
 
-	// watch opens a stream and returns its first answer's error and a
-	// function that closes it.
-	watch := func(ctx context.Context) (error, func()) {
-		sctx, cancel := context.WithCancel(ctx)
-		s, err := c.WatchAccessToken(sctx, &lockdv1.WatchAccessTokenRequest{App: "classic"})
-		if err == nil {
-			_, err = s.Recv()
-		}
-		if err != nil {
-			cancel()
-		}
-		return err, cancel
-	}
+	watch := func(ctx context.Context) (error, func()) { return watchClassic(ctx, c) }
 	mustOpen := func(who string, ctx context.Context) func() {
 		t.Helper()
 		err, stop := watch(ctx)
@@ -88,5 +77,54 @@ func TestWatchStreamsAreBounded(t *testing.T) {
 			t.Fatalf("orders' watch after streams ended: %v", err)
 		}
 		time.Sleep(20 * time.Millisecond)
+	}
+}
+
+// watchClassic opens a WatchAccessToken stream of app "classic" and
+// returns its first answer's error and a function that closes it.
+func watchClassic(ctx context.Context, c lockdv1.TokenServiceClient) (error, func()) {
+	sctx, cancel := context.WithCancel(ctx)
+	s, err := c.WatchAccessToken(sctx, &lockdv1.WatchAccessTokenRequest{App: "classic"})
+	if err == nil {
+		_, err = s.Recv()
+	}
+	if err != nil {
+		cancel()
+	}
+	return err, cancel
+}
+
+// TestWatchStreamsFairShare: two clients without limits of their own on a
+// replica of 4 WatchAccessToken places. Orders gets its fair share, 2 (half
+// the pool), and its third is RESOURCE_EXHAUSTED though the replica has
+// places left; shop still gets in.
+func TestWatchStreamsFairShare(t *testing.T) {
+	t.Parallel()
+	b, _, _ := newBroker(t, token.Options{})
+	a, err := auth.New([]auth.Client{
+		{Name: "orders", Token: "orders-bearer-token-0123", Apps: []string{"classic"}},
+		{Name: "shop", Token: "shop-bearer-token-012345", Apps: []string{"classic"}},
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	srv := service.NewTokenServer(b, slog.New(slog.NewTextHandler(io.Discard, nil)), service.WithMaxWatches(4))
+	conn := serveWith(t, a, func(gs *grpc.Server) { lockdv1.RegisterTokenServiceServer(gs, srv) })
+	c := lockdv1.NewTokenServiceClient(conn)
+	ctx := timeout(t, time.Minute)
+	orders := metadata.AppendToOutgoingContext(ctx, "authorization", "Bearer orders-bearer-token-0123")
+	shop := metadata.AppendToOutgoingContext(ctx, "authorization", "Bearer shop-bearer-token-012345")
+
+	for i := range 2 {
+		if err, _ := watchClassic(orders, c); err != nil {
+			t.Fatalf("orders' watch %d of its fair share: %v", i+1, err)
+		}
+	}
+	err, _ = watchClassic(orders, c)
+	if status.Code(err) != codes.ResourceExhausted || !strings.Contains(status.Convert(err).Message(), "fair share") {
+		t.Fatalf("orders' third watch: %v, want RESOURCE_EXHAUSTED for its fair share (2 of 4)", err)
+	}
+	if err, _ := watchClassic(shop, c); err != nil {
+		t.Fatalf("shop's watch while orders has its fair share: %v", err)
 	}
 }
