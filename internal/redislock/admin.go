@@ -239,12 +239,14 @@ type ListPage struct {
 const listScans = 8
 
 // pageCursor is where a listing goes on: a Redis master (by address, ""
-// for a single Redis), its SCAN cursor, and how many keys of the batch at
-// that cursor were listed already. Prefix ties it to its listing.
+// for a single Redis), its SCAN cursor, and the last Redis key of the
+// batch at that cursor listed already (a batch is walked in order, and the
+// same cursor may answer a batch in another order, or with other keys, the
+// next time). Prefix ties it to its listing.
 type pageCursor struct {
 	Node   string `json:"n,omitempty"`
 	Cursor uint64 `json:"c,omitempty"`
-	Skip   int    `json:"s,omitempty"`
+	After  string `json:"a,omitempty"`
 	Prefix string `json:"p,omitempty"`
 }
 
@@ -261,7 +263,7 @@ func (c *Client) List(ctx context.Context, opts ListOptions) (ListPage, error) {
 	var at pageCursor
 	if opts.PageToken != "" {
 		b, err := base64.RawURLEncoding.DecodeString(opts.PageToken)
-		if err != nil || json.Unmarshal(b, &at) != nil || at.Prefix != opts.Prefix || at.Skip < 0 {
+		if err != nil || json.Unmarshal(b, &at) != nil || at.Prefix != opts.Prefix {
 			return ListPage{}, fmt.Errorf("%w: pass the next page token of the same listing", ErrInvalidPageToken)
 		}
 	}
@@ -272,7 +274,7 @@ func (c *Client) List(ctx context.Context, opts ListOptions) (ListPage, error) {
 	i, ok := slices.BinarySearchFunc(nodes, at.Node, func(n node, addr string) int { return strings.Compare(n.addr, addr) })
 	if !ok {
 		// The master went away (a failover): go on with the next one.
-		at.Cursor, at.Skip = 0, 0
+		at.Cursor, at.After = 0, ""
 	}
 	pattern := globEscape(c.prefix+":{"+hashTag(opts.Prefix)) + "*"
 	count := int64(max(size, 100))
@@ -280,16 +282,24 @@ func (c *Client) List(ctx context.Context, opts ListOptions) (ListPage, error) {
 	next := ""
 	for scans := 0; i < len(nodes) && next == ""; scans++ {
 		if scans == listScans {
-			next = encodePage(pageCursor{Node: nodes[i].addr, Cursor: at.Cursor, Skip: at.Skip, Prefix: opts.Prefix})
+			next = encodePage(pageCursor{Node: nodes[i].addr, Cursor: at.Cursor, After: at.After, Prefix: opts.Prefix})
 			break
 		}
 		batch, cursor, err := nodes[i].rdb.Scan(ctx, at.Cursor, pattern, count).Result()
 		if err != nil {
 			return ListPage{}, err
 		}
-		for j := at.Skip; j < len(batch); j++ {
+		slices.Sort(batch)
+		for j := range batch {
+			if at.After != "" && batch[j] <= at.After {
+				continue
+			}
 			if len(keys) == size {
-				next = encodePage(pageCursor{Node: nodes[i].addr, Cursor: at.Cursor, Skip: j, Prefix: opts.Prefix})
+				last := at.After
+				if j > 0 {
+					last = max(last, batch[j-1])
+				}
+				next = encodePage(pageCursor{Node: nodes[i].addr, Cursor: at.Cursor, After: last, Prefix: opts.Prefix})
 				break
 			}
 			key, ok := c.keyOf(batch[j])
@@ -300,7 +310,7 @@ func (c *Client) List(ctx context.Context, opts ListOptions) (ListPage, error) {
 		if next != "" {
 			break
 		}
-		at.Cursor, at.Skip = cursor, 0
+		at.Cursor, at.After = cursor, ""
 		if cursor == 0 {
 			i++
 		}
