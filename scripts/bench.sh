@@ -244,6 +244,8 @@ tmpfs=$(df -T "${TMPDIR:-/tmp}" 2>/dev/null | awk 'NR == 2 { print $2 }')
   awk '/^Benchmark/ {
       name=$1; sub(/-[0-9]+$/, "", name)
       for (i = 3; i < NF; i += 2) {
+        # A log line written into the benchmark line ends its metrics.
+        if ($i !~ /^-?[0-9][0-9.eE+-]*$/) break
         if ($(i+1) == "ns/op" && $i == 0) continue
         key = name "\t" $(i+1)
         if (!(key in vals)) keys[++n] = key
