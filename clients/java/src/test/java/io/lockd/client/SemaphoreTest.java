@@ -84,8 +84,10 @@ class SemaphoreTest {
   }
 
   /**
-   * A holder killed outright (a lockd lock -n process, SIGKILL) gives its permit back: a waiting
-   * client gets it. A permit lost behind its holder's back is signalled.
+   * A holder killed outright (a lockd lock -n process, SIGKILL) gives its permit back once its ttl
+   * runs out (killed uncleanly, lockd lock does not release it: CMD's processes may still run until
+   * its guardian has stopped them): a waiting client gets it. A permit lost behind its holder's back
+   * is signalled.
    */
   @Test
   void crashedHoldersPermitComesBack() throws Exception {
@@ -99,7 +101,7 @@ class SemaphoreTest {
           new Processes.Server(
               List.of(
                   Processes.lockdBinary().toString(), "lock", "--addr=" + lockd.addr, "-n", "1",
-                  "--ttl=30s", k, "--", "sh", "-c", "touch " + up + "; exec sleep 600"),
+                  "--ttl=5s", k, "--", "sh", "-c", "touch " + up + "; exec sleep 600"),
               "holder") {};
       try (holder) {
         Processes.Server.waitUntil("lockd lock -n 1", holder, () -> Files.exists(up));
