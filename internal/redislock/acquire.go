@@ -378,8 +378,11 @@ func (a *attempt) try(ctx context.Context, wait time.Duration) (Result, error) {
 	}
 	if err != nil && !errors.Is(err, ErrNotReplicated) {
 		// The script may have run with its reply lost: undo what it may
-		// have granted or queued.
-		a.undo(a.req.RequestID == "")
+		// have granted or queued, with or without a RequestID. A retry of
+		// the request that got there first claimed the hold (common.lua's replay
+		// tags it with the retry's attempt), and the undo leaves it; one
+		// that comes after the undo is granted afresh.
+		a.undo(true)
 		return Result{}, err
 	}
 	a.c.notePause(a.ks, reply)

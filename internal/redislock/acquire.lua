@@ -92,7 +92,7 @@ end
 -- field-value pairs to write with the lease.
 local function granted(id, l, extra)
   add_attempt(l, attempt)
-  remember(request, given, id, l)
+  remember(request, given, id, l, attempt)
   put_lease(id, l, extra)
   leave_queue(attempt)
   tidy()
@@ -100,7 +100,7 @@ local function granted(id, l, extra)
 end
 
 local replayed
-replayed, request = replay(request, mode, given, owner, paused)
+replayed, request = replay(request, mode, given, owner, paused, attempt)
 if replayed then
   return replayed
 end

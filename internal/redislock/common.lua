@@ -214,7 +214,7 @@ local function promote()
   end
   if request ~= '' then
     table.insert(fields, 'ra:' .. request)
-    table.insert(fields, table.concat({expire, given, id, mode, '1', token, ttl, owner}, '|'))
+    table.insert(fields, table.concat({expire, given, id, mode, '1', token, ttl, '@' .. attempt, owner}, '|'))
     table.insert(fields, 'nr')
     table.insert(fields, '1')
   end
@@ -699,7 +699,7 @@ end
 -- Otherwise replay returns nil and the request id to go on with: '' when
 -- the id is another caller's (then this call is a new request, and does
 -- not take the first one's place).
-local function replay(request, mode, given, owner, paused)
+local function replay(request, mode, given, owner, paused, attempt)
   if request == '' then
     return nil, ''
   end
@@ -707,13 +707,27 @@ local function replay(request, mode, given, owner, paused)
   if not r then
     return nil, request
   end
-  local exp, r_given, id, r_mode, count, token, r_ttl, r_owner =
-    string.match(r, '^(%d+)|([01])|([^|]*)|(%a)|(%d+)|(%d+)|(%d+)|(.*)$')
+  local exp, r_given, id, r_mode, count, token, r_ttl, tag, r_owner =
+    string.match(r, '^(%d+)|([01])|([^|]*)|(%a)|(%d+)|(%d+)|(%d+)|@([%w_%-]*)|(.*)$')
+  if not exp then
+    exp, r_given, id, r_mode, count, token, r_ttl, r_owner =
+      string.match(r, '^(%d+)|([01])|([^|]*)|(%a)|(%d+)|(%d+)|(%d+)|(.*)$')
+  end
   local held = exp and tonumber(exp) > now_ms and get_lease(id)
   if not held or held.revoked then
     return nil, request
   end
   if r_mode == mode and r_given == given and (given == '0' or r_owner == owner) then
+    if tag and tag ~= attempt and has_attempt(held, tag) then
+      -- The retry claims the hold: it is tagged with the retry's attempt
+      -- from now on, so that the undo of the try whose reply was lost
+      -- finds nothing of its own, and the retry's own undo finds it.
+      remove_attempt(held, tag)
+      add_attempt(held, attempt)
+      put_lease(id, held)
+      redis.call('HSET', rec, 'ra:' .. request, table.concat({exp, r_given, id, r_mode, count, token, r_ttl,
+        '@' .. attempt, r_owner}, '|'))
+    end
     return {2, now_ms, paused, id, r_mode, tonumber(count), tonumber(token), tonumber(r_ttl), tonumber(exp), r_owner}, request
   end
   return nil, ''
@@ -721,13 +735,14 @@ end
 
 -- remember keeps a grant's result for retries of request ('' for none),
 -- and notes it in the lease (l.remembered), which the caller writes after,
--- so that it goes when the lease does.
-local function remember(request, given, id, l)
+-- so that it goes when the lease does. tag is the attempt whose hold the
+-- result names: a retry that claims the result takes the hold over.
+local function remember(request, given, id, l, tag)
   if request == '' then
     return
   end
   if redis.call('HSET', rec, 'ra:' .. request, table.concat({num(l.expire), given, id, l.mode,
-      num(l.count), num(l.token), num(l.ttl), l.owner}, '|')) == 1 then
+      num(l.count), num(l.token), num(l.ttl), '@' .. tag, l.owner}, '|')) == 1 then
     h.nr = h.nr + 1
   end
   local list = {}

@@ -167,7 +167,8 @@ func newLateSends(t *testing.T, owner string, delay, undoDelay time.Duration) *l
 	if err != nil {
 		t.Fatal(err)
 	}
-	undo := string(common) + string(abandon)
+	// As lockScript builds it: what a fast path hands on, then the rest.
+	undo := "local pre_time, pre_marker\n" + string(common) + string(abandon)
 	return &lateSends{owner: owner, delay: delay, undoDelay: undoDelay, undo: undo, undoSHA: redis.NewScript(undo).Hash()}
 }
 

@@ -104,3 +104,58 @@ func TestATryStillOnItsWayIsUndoneOrRefused(t *testing.T) {
 		})
 	}
 }
+
+// TestALostReplyIsUndoneUnlessItsRetryClaimedIt: an Acquire with a
+// request_id whose script ran but whose reply was lost answers an error,
+// and its grant is undone like any other (SPEC: one call, one effect), so
+// an Acquire under another request_id by the same owner holds once. A
+// retry of the same request that gets there before the undo claims the
+// grant: the undo then leaves it to the retry.
+func TestALostReplyIsUndoneUnlessItsRetryClaimedIt(t *testing.T) {
+	t.Parallel()
+	srv := redistest.Start(t)
+	for _, retry := range []bool{false, true} {
+		name := "given up"
+		if retry {
+			name = "retried before the undo"
+		}
+		t.Run(name, func(t *testing.T) {
+			t.Parallel()
+			rdb := srv.Client(t)
+			lost := &lostReply{owner: "rid", lateSends: newLateSends(t, "nobody", 0, 500*time.Millisecond)}
+			rdb.AddHook(lost)
+			c := newClient(t, rdb, redislock.Options{})
+			warmUp(t, c, rdb)
+			key := "rid/" + name
+			req := redislock.Request{Key: key, Mode: redislock.Write, Owner: "rid", TTL: time.Minute, RequestID: "first"}
+			lost.n.Store(1)
+			if _, err := c.Acquire(ctxT(t, 10*time.Second), req); err == nil {
+				t.Fatal("the Acquire whose reply was lost succeeded")
+			}
+			if retry {
+				res, err := c.Acquire(ctxT(t, 10*time.Second), req)
+				if err != nil || !res.Acquired || res.Lease.HoldCount != 1 {
+					t.Fatalf("the retry = %+v, %v; want the first grant, held once", res, err)
+				}
+			}
+			time.Sleep(2 * time.Second) // the undo, held back 500ms, has run
+			info, err := c.Describe(ctxT(t, 10*time.Second), key)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if retry {
+				if len(info.Holders) != 1 || info.Holders[0].HoldCount != 1 {
+					t.Fatalf("the retry's lease after the undo: %+v, want it held once", info.Holders)
+				}
+				return
+			}
+			if len(info.Holders) != 0 {
+				t.Fatalf("the lost grant stays: %+v", info.Holders)
+			}
+			l := mustAcquire(t, c, redislock.Request{Key: key, Mode: redislock.Write, Owner: "rid", TTL: time.Minute, RequestID: "second"})
+			if l.HoldCount != 1 {
+				t.Fatalf("the owner's next Acquire answered %d holds", l.HoldCount)
+			}
+		})
+	}
+}

@@ -177,8 +177,10 @@ type Request struct {
 	// for the same key, while the lease it was granted is held, returns the
 	// first call's result unchanged. It replays only to the same mode and
 	// owner (an owner-less first call only to owner-less retries). When the
-	// reply to a call with a RequestID is lost, its grant is kept for the
-	// retry to claim; without one, the grant is undone.
+	// reply to a call is lost, its grant is undone, with or without a
+	// RequestID, unless a retry of the request claimed it first; a grant
+	// that came back after its lease ran out by this host's clock, or that
+	// too few replicas confirmed, is kept for the retry to claim.
 	RequestID string
 	// BeforeWait, if set, is called once when the first try found the key
 	// busy and the call is about to wait, never for a call that gets the

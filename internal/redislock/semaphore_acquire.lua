@@ -52,7 +52,7 @@ end
 -- free, the next in the queue is woken for it.
 local function granted(id, l, extra)
   add_attempt(l, attempt)
-  remember(request, given, id, l)
+  remember(request, given, id, l, attempt)
   put_lease(id, l, extra)
   h.lim = limit
   if leave_queue(attempt) and h.nl < limit then
@@ -68,7 +68,7 @@ local function granted(id, l, extra)
 end
 
 local replayed
-replayed, request = replay(request, 'p', given, owner, paused)
+replayed, request = replay(request, 'p', given, owner, paused, attempt)
 if replayed then
   table.insert(replayed, free())
   return replayed
