@@ -9,6 +9,7 @@ import (
 	"flag"
 	"fmt"
 	"os"
+	"runtime"
 	"slices"
 	"strconv"
 	"strings"
@@ -331,6 +332,18 @@ func percentile(d []time.Duration, p float64) float64 {
 	return float64(d[int(p*float64(len(d)-1))].Microseconds()) / 1000
 }
 
+// holdFor spends d in a critical section, yielding the processor to other
+// goroutines meanwhile. time.Sleep would not do: a sleep shorter than a
+// millisecond lasts up to a whole one whenever the process has nothing
+// else to do (the Go runtime waits for timers in the netpoller, which
+// counts in whole milliseconds), so a 200 µs hold became 0.4-1.1 ms and
+// the lock service under test barely mattered to holds/s.
+func holdFor(d time.Duration) {
+	for until := time.Now().Add(d); time.Now().Before(until); {
+		runtime.Gosched()
+	}
+}
+
 // contendRuns numbers the runs of contend, for a key of their own.
 var contendRuns atomic.Int64
 
@@ -403,7 +416,7 @@ func contend(ss []session, prefix string, hold, warmup, measure time.Duration, m
 				if n := holding.Add(1); n != 1 {
 					fail(fmt.Errorf("%d waiters held %s at once", n, key))
 				}
-				time.Sleep(hold) // the critical section
+				holdFor(hold) // the critical section
 				holding.Add(-1)
 				mu.Lock()
 				releasedAt = time.Now()
