@@ -180,10 +180,7 @@ if blocked_for then
 end
 
 local l = new_lease(mode, owner, ttl)
-local extra = {'o:' .. mode .. ':' .. owner, new_id}
 if mode == 'w' then
-  table.insert(extra, 'w')
-  table.insert(extra, new_id)
   h.w = new_id
 end
-return granted(new_id, l, extra)
+return granted(new_id, l, {'o:' .. mode .. ':' .. owner, new_id})

@@ -16,26 +16,31 @@
 -- few commands; any other script first turns it into the hash it stands
 -- for (promote, below). Otherwise the lock is a hash, with the fields:
 --
---   fence            last fencing token issued for the key
---   w                lease_id of the write holder, if any
---   nl               number of leases held
---   nw               number of waiters queued (q:): writers, and callers
+--   h                the header, "<fence>|<nl>|<nw>|<nr>|<qs>|<qh>|<due>|
+--                    <last>|<lim>|<rw>|<w>", one field read and written
+--                    once per script (an empty number reads as zero; an
+--                    empty due as nothing due):
+--     fence          last fencing token issued for the key
+--     nl             number of leases held
+--     nw             number of waiters queued (q:): writers, and callers
 --                    waiting for a semaphore's permit
---   nr               number of remembered Acquire results (ra:)
---   qs               arrival counter of the queue: the seq last given out
---   qh               the queue's head is the lowest live seq above qh;
+--     nr             number of remembered Acquire results (ra:)
+--     qs             arrival counter of the queue: the seq last given out
+--     qh             the queue's head is the lowest live seq above qh;
 --                    seqs up to qh are done with (granted, left, expired)
---   due              no lease, queued waiter or remembered result expires
+--     due            no lease, queued waiter or remembered result expires
 --                    before this (ms, Redis clock): purge walks the hash only
 --                    once it has passed, so operations stay O(1)
---   last             nothing expires after this (ms): the hash expires
+--     last           nothing expires after this (ms): the hash expires
 --                    GRACE_MS later
---   rw               until when readers may be waiting (ms): a reader
+--     lim            while semaphore permits are held: the semaphore's
+--                    limit. Zero otherwise; then no lease is a permit. A
+--                    key is a lock or a semaphore, never both.
+--     rw             until when readers may be waiting (ms): a reader
 --                    refused while willing to wait sets it, and only while
 --                    it lies ahead does a release wake readers ('r')
---   lim              while semaphore permits are held: the semaphore's
---                    limit. Absent (zero) otherwise; then no lease is a
---                    permit. A key is a lock or a semaphore, never both.
+--     w              lease_id of the write holder, if any (last: a lease id
+--                    never holds '|')
 --   ev               an election's leader and its value:
 --                    "<lease_id>|<value>". The key's write holder leads the
 --                    election while ev names its lease (proclaim.lua sets
@@ -71,8 +76,11 @@
 --                    order. The waiter renews deadline at each re-check;
 --                    past it, the entry is dropped, so a waiter that died
 --                    holds nobody up for longer.
---   s:<seq>          the attempt queued at seq, so the head is found by
---                    walking up from qh (each seq is passed once)
+--   s:<seq>          the place at seq: "<attempt>|<deadline_ms>", the
+--                    attempt queued there and the same deadline as its q:
+--                    (both are written together), so the head is found by
+--                    walking up from qh (each seq is passed once), one
+--                    field per place
 --   ra:<request>     an Acquire's first result, replayed to its retries
 --                    while its lease is held:
 --                    "<expire_ms>|<owner_given>|<lease_id>|<mode>|<hold_count>|
@@ -126,12 +134,18 @@ local function num(x)
   return string.format('%.0f', x)
 end
 
--- h is the hash's header, read once per script; save writes back the
--- fields that changed since (was holds them as read).
+-- h is the hash's header (the field h), read once per script; save writes
+-- it back when it changed. hs holds each number as read, so that save
+-- formats only those that changed.
 local h = {}
-local was = {}
+local hs, was = {}, {}
 
 local HEADER = {'fence', 'nl', 'nw', 'nr', 'qs', 'qh', 'due', 'last', 'lim', 'rw'}
+local HEADER_PATTERN = '^' .. string.rep('(%d*)|', #HEADER) .. '(.*)$'
+
+-- header_raw is the field h as it stands in Redis (false when absent), read
+-- by promote before anything else.
+local header_raw = false
 
 -- lost_record reports whether this script found the record inconsistent.
 local lost_record = false
@@ -140,47 +154,80 @@ local lost_record = false
 -- (join_queue, leave_queue, scan, lose): a script asks more than once.
 local head_seen = nil
 
+-- load parses the header, and tells whether it made sense.
 local function load()
-  local v = redis.call('HMGET', rec, 'w', unpack(HEADER))
-  local ok = true
+  local v = {}
+  if header_raw then
+    v = {string.match(header_raw, HEADER_PATTERN)}
+    if #v == 0 then
+      return false
+    end
+  end
   for i, name in ipairs(HEADER) do
-    local x = v[i + 1]
-    if x then
+    local x = v[i]
+    if x and x ~= '' then
       h[name] = tonumber(x)
-      if not h[name] then ok = false end
+      hs[name], was[name] = x, h[name]
     elseif name ~= 'due' then
       -- Absent counters read as zero; an absent due means nothing is due.
       h[name] = 0
+      hs[name] = ''
     end
   end
-  h.w = v[1] or nil
-  if h.qh and h.qs and h.qh > h.qs then ok = false end
-  for i, name in ipairs(HEADER) do
-    if v[i + 1] then was[name] = h[name] end
+  if v[#HEADER + 1] and v[#HEADER + 1] ~= '' then
+    h.w = v[#HEADER + 1]
   end
-  return ok
+  return not (h.qh > h.qs)
 end
 
--- save writes back the header fields that changed. A counter at zero, and
--- due when nothing is due, are left out of the hash (absent reads as zero).
+-- save writes the header back if it changed. A counter at zero, and due
+-- when nothing is due, are written as empty.
 local function save()
-  local set, del = {}, {}
-  for _, name in ipairs(HEADER) do
+  local parts = {}
+  for i, name in ipairs(HEADER) do
     local v = h[name]
-    if v == 0 and name ~= 'fence' then v = nil end
-    if v and v ~= was[name] then
-      table.insert(set, name)
-      table.insert(set, num(v))
-    elseif not v and was[name] then
-      table.insert(del, name)
+    if v == nil or (v == 0 and name ~= 'fence') then
+      parts[i] = ''
+    elseif v == was[name] then
+      parts[i] = hs[name]
+    else
+      parts[i] = num(v)
     end
   end
-  if #set > 0 then
-    redis.call('HSET', rec, unpack(set))
+  parts[#HEADER + 1] = h.w or ''
+  local v = table.concat(parts, '|')
+  if v ~= header_raw then
+    redis.call('HSET', rec, 'h', v)
+    header_raw = v
   end
-  if #del > 0 then
-    redis.call('HDEL', rec, unpack(del))
+end
+
+-- migrate rewrites a hash kept by an earlier lockd, whose header fields
+-- stood each on its own and whose s: places named their attempt alone,
+-- in the layout above.
+local function migrate()
+  local all = redis.call('HGETALL', rec)
+  local f, old = {}, {'w'}
+  for i = 1, #all, 2 do
+    f[all[i]] = all[i + 1]
   end
+  local parts = {}
+  for i, name in ipairs(HEADER) do
+    parts[i] = f[name] or ''
+    table.insert(old, name)
+  end
+  parts[#HEADER + 1] = f['w'] or ''
+  header_raw = table.concat(parts, '|')
+  local fields = {'h', header_raw}
+  for name, v in pairs(f) do
+    if string.sub(name, 1, 2) == 's:' and not string.find(v, '|', 1, true) then
+      local deadline = string.match(f['q:' .. v] or '', '|(%d+)$')
+      table.insert(fields, name)
+      table.insert(fields, v .. '|' .. (deadline or '0'))
+    end
+  end
+  redis.call('HDEL', rec, unpack(old))
+  redis.call('HSET', rec, unpack(fields))
 end
 
 -- promote turns a lock kept as a string (see above) into its hash: the
@@ -188,7 +235,14 @@ end
 -- with a request, its remembered result. A string that does not parse is
 -- treated as lost, as lose does: its holder gets NOT_FOUND.
 local function promote()
-  if redis.call('TYPE', rec)['ok'] ~= 'string' then
+  -- The header's HGET tells a hash (or no key) from a string, which it
+  -- refuses.
+  local raw = redis.pcall('HGET', rec, 'h')
+  if type(raw) ~= 'table' then
+    header_raw = raw
+    if not raw and redis.call('EXISTS', rec) == 1 then
+      migrate()
+    end
     return
   end
   local v = redis.call('GET', rec)
@@ -198,25 +252,24 @@ local function promote()
     string.match(v, '^([rw])([01])|(%d+)|(%d+)|([^|]+)|([%w_%-]*)|([%w_%-]*)|([%w_%-]*)|(.*)$')
   if not mode then
     -- Lost: the next token still exceeds any this string may have held.
-    redis.call('HSET', rec, 'fence', num(now_us))
+    header_raw = num(now_us) .. string.rep('|', #HEADER)
+    redis.call('HSET', rec, 'h', header_raw)
     redis.call('PEXPIRE', rec, GRACE_MS)
     return
   elseif at <= now_ms then
     return
   end
   local expire = num(at)
-  local fields = {'fence', token, 'nl', '1', 'l:' .. id, mode .. '|1|' .. token .. '|' .. ttl .. '|' .. owner,
+  local remembered = request ~= '' and '1' or ''
+  local writer = mode == 'w' and id or ''
+  -- fence|nl|nw|nr|qs|qh|due|last|lim|rw|w
+  header_raw = table.concat({token, '1', '', remembered, '', '', expire, expire, '', '', writer}, '|')
+  local fields = {'h', header_raw, 'l:' .. id, mode .. '|1|' .. token .. '|' .. ttl .. '|' .. owner,
     'x:' .. id, expire .. '|' .. keeper .. '|' .. attempt .. '|' .. request,
-    'o:' .. mode .. ':' .. owner, id, 'due', expire, 'last', expire}
-  if mode == 'w' then
-    table.insert(fields, 'w')
-    table.insert(fields, id)
-  end
+    'o:' .. mode .. ':' .. owner, id}
   if request ~= '' then
     table.insert(fields, 'ra:' .. request)
     table.insert(fields, table.concat({expire, given, id, mode, '1', token, ttl, '@' .. attempt, owner}, '|'))
-    table.insert(fields, 'nr')
-    table.insert(fields, '1')
   end
   redis.call('HSET', rec, unpack(fields))
   redis.call('PEXPIREAT', rec, at + GRACE_MS)
@@ -236,7 +289,7 @@ local function lose()
   local fence = math.max(h.fence or 0, now_us)
   redis.call('DEL', rec)
   h = {fence = fence, nl = 0, nw = 0, nr = 0, qs = 0, qh = 0, due = nil, last = now_ms, lim = 0, rw = 0}
-  was = {}
+  was, header_raw = {}, false
 end
 
 -- decode reads a lease from its two fields, or returns nil.
@@ -296,12 +349,10 @@ end
 
 -- drop removes one lease and everything that points at it.
 local function drop(id, l)
-  local fields = {'l:' .. id, 'x:' .. id, 'o:' .. l.mode .. ':' .. l.owner}
   if h.w == id then
-    table.insert(fields, 'w')
     h.w = nil
   end
-  redis.call('HDEL', rec, unpack(fields))
+  redis.call('HDEL', rec, 'l:' .. id, 'x:' .. id, 'o:' .. l.mode .. ':' .. l.owner)
   h.nl = h.nl - 1
   forget_results(l)
 end
@@ -403,7 +454,7 @@ local function scan()
       table.insert(gone, 'x:' .. id)
       table.insert(gone, o)
       expired[o] = true
-      if h.w == id then h.w = nil; table.insert(gone, 'w') end
+      if h.w == id then h.w = nil end
       dropped = true
       was.l = was.l + 1
     else
@@ -429,7 +480,7 @@ local function scan()
   end
   -- A queue place whose waiter is gone is dropped with it.
   for _, p in ipairs(places) do
-    if queued[p[2]] ~= string.sub(p[1], 3) then
+    if queued[string.match(p[2], '^[^|]*')] ~= string.sub(p[1], 3) then
       table.insert(gone, p[1])
     end
   end
@@ -495,29 +546,37 @@ local function join_queue(attempt, wait_ms)
   local f = 'q:' .. attempt
   local q = redis.call('HGET', rec, f)
   local seq = q and string.match(q, '^(%d+)|')
-  local deadline = now_ms + wait_ms
-  if seq then
-    redis.call('HSET', rec, f, seq .. '|' .. num(deadline))
-  else
+  local deadline = num(now_ms + wait_ms)
+  if not seq then
     h.qs = h.qs + 1
     h.nw = h.nw + 1
     seq = num(h.qs)
-    redis.call('HSET', rec, f, seq .. '|' .. num(deadline), 's:' .. seq, attempt)
   end
+  redis.call('HSET', rec, f, seq .. '|' .. deadline, 's:' .. seq, attempt .. '|' .. deadline)
+  deadline = now_ms + wait_ms
   expires(deadline)
   return tonumber(seq)
 end
 
 -- leave_queue takes attempt out of the queue and tells whether it was in.
 local function leave_queue(attempt)
-  head_seen = nil
   local f = 'q:' .. attempt
+  if head_seen and head_seen[1] == attempt then
+    -- The head, as queue_head just found it: both fields are there.
+    redis.call('HDEL', rec, f, 's:' .. num(head_seen[3]))
+    head_seen = nil
+    if h.nw > 0 then
+      h.nw = h.nw - 1
+    end
+    return true
+  end
+  head_seen = nil
   local q = redis.call('HGET', rec, f)
   if not q then
     return false
   end
   local seq = string.match(q, '^(%d+)|')
-  if seq and redis.call('HGET', rec, 's:' .. seq) == attempt then
+  if seq and string.match(redis.call('HGET', rec, 's:' .. seq) or '', '^[^|]*') == attempt then
     redis.call('HDEL', rec, f, 's:' .. seq)
   else
     redis.call('HDEL', rec, f)
@@ -542,16 +601,22 @@ local waker_channel, waker_cmd = nil, nil
 
 -- live_place returns the attempt queued at seq and its place's deadline,
 -- or nil when the place is gone or past.
+-- places_seen keeps what live_place read of each place in this script:
+-- {attempt, deadline}, false for a place that does not decode, 0 for none.
+local places_seen = {}
+
 local function live_place(seq)
-  local a = redis.call('HGET', rec, 's:' .. seq)
-  if not a then
+  local seen = places_seen[seq]
+  if seen == nil then
+    local v = redis.call('HGET', rec, 's:' .. seq)
+    local a, deadline = string.match(v or '', '^([^|]+)|(%d+)$')
+    seen = (a and {a, tonumber(deadline)}) or (v and false) or 0
+    places_seen[seq] = seen
+  end
+  if type(seen) ~= 'table' or seen[2] <= now_ms then
     return nil
   end
-  local s, deadline = string.match(redis.call('HGET', rec, 'q:' .. a) or '', '^(%d+)|(%d+)$')
-  if s ~= seq or tonumber(deadline) <= now_ms then
-    return nil
-  end
-  return a, tonumber(deadline)
+  return seen[1], seen[2]
 end
 
 -- next_in_line returns the first live waiter behind the head (queued at
@@ -586,35 +651,36 @@ local function queue_head()
   local moved = false
   while h.qh < h.qs do
     local seq = num(h.qh + 1)
-    local a = redis.call('HGET', rec, 's:' .. seq)
+    local a, deadline = live_place(seq)
     if a then
-      local q = redis.call('HGET', rec, 'q:' .. a)
-      local s, deadline = string.match(q or '', '^(%d+)|(%d+)$')
-      if s == seq then
-        deadline = tonumber(deadline)
-        if deadline > now_ms then
-          if deadline > now_ms + HEAD_MS then
-            deadline = now_ms + HEAD_MS
-            redis.call('HSET', rec, 'q:' .. a, seq .. '|' .. num(deadline))
-          end
-          if moved and waker_channel then
-            redis.call(waker_cmd, waker_channel, a)
-            local n = next_in_line(h.qh + 1)
-            if n then
-              -- "<attempt>|<ms>": the next one in line watches the head's
-              -- place, which runs ms more; it need not ask Redis now.
-              redis.call(waker_cmd, waker_channel, n .. '|' .. num(deadline - now_ms))
-            end
-          end
-          head_seen = {a, deadline, h.qh + 1}
-          return a, deadline, h.qh + 1, moved
-        end
-        redis.call('HDEL', rec, 'q:' .. a, 's:' .. seq)
-        h.nw = h.nw - 1
-      else
-        redis.call('HDEL', rec, 's:' .. seq)
+      if deadline > now_ms + HEAD_MS then
+        deadline = now_ms + HEAD_MS
+        local d = num(deadline)
+        redis.call('HSET', rec, 'q:' .. a, seq .. '|' .. d, 's:' .. seq, a .. '|' .. d)
+        places_seen[seq] = {a, deadline}
       end
+      if moved and waker_channel then
+        redis.call(waker_cmd, waker_channel, a)
+        local n = next_in_line(h.qh + 1)
+        if n then
+          -- "<attempt>|<ms>": the next one in line watches the head's
+          -- place, which runs ms more; it need not ask Redis now.
+          redis.call(waker_cmd, waker_channel, n .. '|' .. num(deadline - now_ms))
+        end
+      end
+      head_seen = {a, deadline, h.qh + 1}
+      return a, deadline, h.qh + 1, moved
     end
+    -- A place whose waiter left or whose deadline passed: its waiter is
+    -- dropped with it.
+    local gone = places_seen[seq]
+    if type(gone) == 'table' then
+      redis.call('HDEL', rec, 'q:' .. gone[1], 's:' .. seq)
+      h.nw = h.nw - 1
+    elseif gone == false then
+      redis.call('HDEL', rec, 's:' .. seq)
+    end
+    places_seen[seq] = nil
     h.qh = h.qh + 1
     moved = true
   end

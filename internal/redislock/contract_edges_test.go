@@ -64,16 +64,19 @@ func contractInconsistentRecordIsLost(t *testing.T, b backend) {
 			return b.rdb.HSet(ctx, record, "l:"+id, "garbage").Err()
 		},
 		"a holder count that is not a number": func(record, _ string) error {
-			return b.rdb.HSet(ctx, record, "nl", "many").Err()
+			return setHeader(ctx, b.rdb, record, headerNL, "many")
 		},
 		"a write holder without its lease": func(record, id string) error {
 			return b.rdb.HDel(ctx, record, "l:"+id).Err()
 		},
 		"a holder count of zero beside a write holder": func(record, _ string) error {
-			return b.rdb.HSet(ctx, record, "nl", "0").Err()
+			return setHeader(ctx, b.rdb, record, headerNL, "0")
 		},
 		"an owner pointing at no lease": func(record, _ string) error {
-			return b.rdb.HSet(ctx, record, "o:w:ghost", "nothing", "due", "1").Err()
+			if err := b.rdb.HSet(ctx, record, "o:w:ghost", "nothing").Err(); err != nil {
+				return err
+			}
+			return setHeader(ctx, b.rdb, record, headerDue, "1")
 		},
 		"a lone lease that does not decode": func(record, _ string) error {
 			return b.rdb.Set(ctx, record, "w1|garbage", minute).Err()

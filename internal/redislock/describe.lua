@@ -18,7 +18,12 @@ for i = 1, #all, 2 do
   f[all[i]] = all[i + 1]
 end
 
-local writer = f['w']
+-- The header: fence|nl|nw|nr|qs|qh|due|last|lim|rw|w (common.lua).
+local header = {}
+for x in string.gmatch((f['h'] or '') .. '|', '([^|]*)|') do
+  table.insert(header, x)
+end
+local writer = header[11] ~= '' and header[11] or nil
 local lead_id, lead_value = nil, false
 if f['ev'] then
   local id, value = string.match(f['ev'], '^([^|]*)|(.*)$')
@@ -60,4 +65,4 @@ while #holders > max_holders do
   table.remove(holders)
 end
 
-return {now_ms, tonumber(f['fence']) or 0, tonumber(f['lim']) or 0, waiting, held, lead_value, holders}
+return {now_ms, tonumber(header[1] or '') or 0, tonumber(header[9] or '') or 0, waiting, held, lead_value, holders}

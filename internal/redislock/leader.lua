@@ -5,8 +5,8 @@
 -- Returns {1, now_ms, term, owner, value, ttl_ms, expire_ms}, or {0, now_ms}
 -- when the election has no leader.
 
-local v = redis.call('HMGET', rec, 'w', 'ev')
-local id, value = v[1], nil
+local v = redis.call('HMGET', rec, 'h', 'ev')
+local id, value = v[1] and string.match(v[1], '|([^|]+)$'), nil
 if id and v[2] then
   local named, rest = string.match(v[2], '^([^|]*)|(.*)$')
   if named == id then

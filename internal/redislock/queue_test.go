@@ -20,8 +20,36 @@ import (
 // queued reads how many waiters the lock's queue counts (nw, see
 // common.lua).
 func queued(ctx context.Context, rdb redis.UniversalClient, prefix, key string) int {
-	n, _ := rdb.HGet(ctx, prefix+":{"+key+"}", "nw").Int()
+	n, _ := strconv.Atoi(header(ctx, rdb, prefix+":{"+key+"}", headerNW))
 	return n
+}
+
+// The lock record's header fields (common.lua): their places in the field h.
+const (
+	headerNL  = 1
+	headerNW  = 2
+	headerDue = 6
+)
+
+// header reads one field of the lock record's header, "" when absent.
+func header(ctx context.Context, rdb redis.UniversalClient, record string, i int) string {
+	h, _ := rdb.HGet(ctx, record, "h").Result()
+	parts := strings.Split(h, "|")
+	if i >= len(parts) {
+		return ""
+	}
+	return parts[i]
+}
+
+// setHeader writes one field of the lock record's header.
+func setHeader(ctx context.Context, rdb redis.UniversalClient, record string, i int, v string) error {
+	h, err := rdb.HGet(ctx, record, "h").Result()
+	if err != nil {
+		return err
+	}
+	parts := strings.Split(h, "|")
+	parts[i] = v
+	return rdb.HSet(ctx, record, "h", strings.Join(parts, "|")).Err()
 }
 
 // contractWritersGoInArrivalOrder queues writers one after another on two

@@ -4,6 +4,8 @@ import (
 	"context"
 	"errors"
 	"io"
+	"strconv"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -79,7 +81,7 @@ func TestHoldContract(t *testing.T) {
 			}
 			waiter <- res
 		}()
-		waitFor(t, "the waiter to queue", func() bool { n, _ := rdb.HGet(ctx, "lockd:{hold/1}", "nw").Int(); return n == 1 })
+		waitFor(t, "the waiter to queue", func() bool { return queuedWaiters(ctx, rdb, "lockd:{hold/1}") == 1 })
 		closeHold()
 		if res := <-waiter; !res.GetAcquired() {
 			t.Fatalf("waiter after the Hold closed: %v", res)
@@ -325,4 +327,17 @@ func (s *gatedStream) SendMsg(m any) error {
 		}
 	}
 	return s.ServerStream.SendMsg(m)
+}
+
+// queuedWaiters reads how many waiters a lock record's queue counts: nw,
+// the third number of its header (field h, see the redislock package's
+// common.lua).
+func queuedWaiters(ctx context.Context, rdb redis.UniversalClient, record string) int {
+	h, _ := rdb.HGet(ctx, record, "h").Result()
+	parts := strings.Split(h, "|")
+	if len(parts) < 3 {
+		return 0
+	}
+	n, _ := strconv.Atoi(parts[2])
+	return n
 }

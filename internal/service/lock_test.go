@@ -541,7 +541,7 @@ func TestDrainEndsWaiters(t *testing.T) {
 		waiting <- err
 	}()
 	// nw counts the writers waiting on a lock (absent: none).
-	queued := func() int { n, _ := rdb.HGet(ctx, "lockd:{drained}", "nw").Int(); return n }
+	queued := func() int { return queuedWaiters(ctx, rdb, "lockd:{drained}") }
 	waitFor(t, "the writer to queue", func() bool { return queued() == 1 })
 	inst.server.Drain()
 	select {
