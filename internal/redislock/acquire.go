@@ -142,8 +142,15 @@ func (c *Client) Acquire(ctx context.Context, req Request) (Result, error) {
 		timer.Reset(next)
 		select {
 		case <-wake:
-			if ms := watch.Swap(0); ms > 0 {
+			switch ms := watch.Swap(0); {
+			case ms > 0:
 				res.place, res.headLeft = placeNext, time.Duration(ms)*time.Millisecond
+				recheck = false
+			case ms == headBusy && a.queued:
+				// The head of the queue while the key is held: it keeps
+				// its place by trying again within headRefresh, and is
+				// woken when the key is released.
+				res.place = placeHead
 				recheck = false
 			}
 		case <-timer.C:

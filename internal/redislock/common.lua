@@ -107,8 +107,12 @@
 --
 -- Channels (not keys): <prefix>:{<key>}:released wakes waiters when a
 -- hold ends. Its message names who may now be granted: the attempt id at
--- the head of the queue, or 'r' for every waiting reader; any other
--- message ('released') wakes every waiter. <prefix>:{<key>}:leader tells
+-- the head of the queue, or 'r' for every waiting reader; when the head
+-- of the queue moves on, "h:<head>|<take>|<next>|<ms>" tells the new head
+-- (take 1: it may take the key now; 0: it keeps its place) and the one
+-- next in line (how long the head's place runs); "x:<lease_id>" tells a
+-- revoked lease's KeepAlive; any other message ('released') wakes every
+-- waiter. <prefix>:{<key>}:leader tells
 -- an election's observers that its leader or value changed (proclaim and
 -- resign publish it; a lease that simply expires publishes nothing:
 -- observers re-check at the leader's expiry).
@@ -135,13 +139,14 @@ local function num(x)
 end
 
 -- h is the hash's header (the field h), read once per script; save writes
--- it back when it changed. hs holds each number as read, so that save
--- formats only those that changed.
+-- it back when it changed. hv holds its parts as read and was the numbers
+-- they stand for, so that save formats only those that changed.
 local h = {}
-local hs, was = {}, {}
+local hv, was = {}, {}
 
 local HEADER = {'fence', 'nl', 'nw', 'nr', 'qs', 'qh', 'due', 'last', 'lim', 'rw'}
 local HEADER_PATTERN = '^' .. string.rep('(%d*)|', #HEADER) .. '(.*)$'
+local NO_HEADER = {'', '', '', '', '', '', '', '', '', '', ''}
 
 -- header_raw is the field h as it stands in Redis (false when absent), read
 -- by promote before anything else.
@@ -154,48 +159,50 @@ local lost_record = false
 -- (join_queue, leave_queue, scan, lose): a script asks more than once.
 local head_seen = nil
 
--- load parses the header, and tells whether it made sense.
+-- number_or reads a header number: the number, or z when empty.
+local function number_or(x, z)
+  if x == '' then
+    return z
+  end
+  return tonumber(x)
+end
+
+-- load parses the header, and tells whether it made sense. (Tables are
+-- built whole, never grown field by field: this runs in every script.)
 local function load()
-  local v = {}
+  local v = NO_HEADER
   if header_raw then
     v = {string.match(header_raw, HEADER_PATTERN)}
-    if #v == 0 then
+    if not v[1] then
       return false
     end
   end
-  for i, name in ipairs(HEADER) do
-    local x = v[i]
-    if x and x ~= '' then
-      h[name] = tonumber(x)
-      hs[name], was[name] = x, h[name]
-    elseif name ~= 'due' then
-      -- Absent counters read as zero; an absent due means nothing is due.
-      h[name] = 0
-      hs[name] = ''
-    end
-  end
-  if v[#HEADER + 1] and v[#HEADER + 1] ~= '' then
-    h.w = v[#HEADER + 1]
-  end
-  return not (h.qh > h.qs)
+  h = {fence = number_or(v[1], 0), nl = number_or(v[2], 0), nw = number_or(v[3], 0), nr = number_or(v[4], 0),
+    qs = number_or(v[5], 0), qh = number_or(v[6], 0), due = number_or(v[7], nil), last = number_or(v[8], 0),
+    lim = number_or(v[9], 0), rw = number_or(v[10], 0), w = v[11] ~= '' and v[11] or nil}
+  hv = v
+  was = {fence = h.fence, nl = h.nl, nw = h.nw, nr = h.nr, qs = h.qs, qh = h.qh, due = h.due, last = h.last,
+    lim = h.lim, rw = h.rw}
+  return h.qh <= h.qs
 end
 
--- save writes the header back if it changed. A counter at zero, and due
--- when nothing is due, are written as empty.
-local function save()
-  local parts = {}
-  for i, name in ipairs(HEADER) do
-    local v = h[name]
-    if v == nil or (v == 0 and name ~= 'fence') then
-      parts[i] = ''
-    elseif v == was[name] then
-      parts[i] = hs[name]
-    else
-      parts[i] = num(v)
-    end
+-- part is the header's i-th part as save writes it: empty for a counter at
+-- zero and for nothing due, the part as read while its number is unchanged.
+local function part(i, name)
+  local v = h[name]
+  if v == nil or (v == 0 and i > 1) then
+    return ''
+  elseif v == was[name] and hv[i] ~= '' then
+    return hv[i]
   end
-  parts[#HEADER + 1] = h.w or ''
-  local v = table.concat(parts, '|')
+  return num(v)
+end
+
+-- save writes the header back if it changed.
+local function save()
+  local v = part(1, 'fence') .. '|' .. part(2, 'nl') .. '|' .. part(3, 'nw') .. '|' .. part(4, 'nr') .. '|' ..
+    part(5, 'qs') .. '|' .. part(6, 'qh') .. '|' .. part(7, 'due') .. '|' .. part(8, 'last') .. '|' ..
+    part(9, 'lim') .. '|' .. part(10, 'rw') .. '|' .. (h.w or '')
   if v ~= header_raw then
     redis.call('HSET', rec, 'h', v)
     header_raw = v
@@ -660,13 +667,14 @@ local function queue_head()
         places_seen[seq] = {a, deadline}
       end
       if moved and waker_channel then
-        redis.call(waker_cmd, waker_channel, a)
+        -- One message for both: "h:<head>|<take>|<next>|<ms>". The head
+        -- re-checks at once if it may take the key now (take 1), else it
+        -- only keeps its place (and is woken again when the key is
+        -- released); the next one in line, if any, watches the head's
+        -- place, which runs ms more, and need not ask Redis now.
+        local take = (h.nl == 0 or (h.lim > 0 and h.nl < h.lim)) and '1' or '0'
         local n = next_in_line(h.qh + 1)
-        if n then
-          -- "<attempt>|<ms>": the next one in line watches the head's
-          -- place, which runs ms more; it need not ask Redis now.
-          redis.call(waker_cmd, waker_channel, n .. '|' .. num(deadline - now_ms))
-        end
+        redis.call(waker_cmd, waker_channel, 'h:' .. a .. '|' .. take .. '|' .. (n or '') .. '|' .. num(deadline - now_ms))
       end
       head_seen = {a, deadline, h.qh + 1}
       return a, deadline, h.qh + 1, moved

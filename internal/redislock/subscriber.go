@@ -91,8 +91,11 @@ type interest struct {
 	// id is the waiter's attempt id: a message naming it wakes it.
 	id string
 	// watch, if set, receives how long the head of the queue keeps its
-	// place (ms) from a message "<id>|<ms>", which tells the waiter it is
-	// next in line: it watches the head rather than asking Redis at once.
+	// place (ms) from a message telling the waiter it is next in line: it
+	// watches the head rather than asking Redis at once. It receives
+	// headBusy from a message telling the waiter it is the head of the
+	// queue while the key is held: it keeps its place, and is woken again
+	// when the key is released.
 	watch *atomic.Int64
 	// reader is woken by a message for every waiting reader.
 	reader bool
@@ -110,6 +113,16 @@ const (
 // revokedPrefix starts the message that tells a lease's KeepAlive the
 // lease was revoked (force_release.lua): "x:<lease_id>".
 const revokedPrefix = "x:"
+
+// headPrefix starts the message sent when the head of the queue moves on
+// (common.lua's queue_head): "h:<head>|<take>|<next>|<ms>". The new head
+// may take the key now when take is 1; next, if not empty, is next in line
+// and watches the head's place, which runs ms more.
+const headPrefix = "h:"
+
+// headBusy is what interest.watch receives when the waiter is told it is
+// the head of the queue but may not take the key yet.
+const headBusy = -1
 
 func newSubscriber(rdb redis.UniversalClient, sharded bool) *subscriber {
 	s := &subscriber{rdb: rdb, sharded: sharded, idle: idleAfter, shards: map[string]*shard{}, stop: make(chan struct{})}
@@ -418,7 +431,9 @@ func (tp *topic) rouse(w chan struct{}) {
 }
 
 // deliver wakes the waiters a message names: one attempt by its id (the
-// head of the queue), every reader, or, for any other message, everyone.
+// head of the queue, which may take the key), the new head and the one
+// next in line when the head moved on (headPrefix), a revoked lease's
+// KeepAlive, every reader, or, for any other message, everyone.
 // Waiters that follow every message are woken each time. s.mu is held.
 func (tp *topic) deliver(payload string) {
 	if strings.HasPrefix(payload, revokedPrefix) {
@@ -428,16 +443,8 @@ func (tp *topic) deliver(payload string) {
 		}
 		return
 	}
-	if id, left, ok := strings.Cut(payload, "|"); ok {
-		// A waiter is next in line: for it alone.
-		if w, ok := tp.byID[id]; ok {
-			if in := tp.waiters[w]; in.watch != nil {
-				if ms, err := strconv.ParseInt(left, 10, 64); err == nil && ms > 0 {
-					in.watch.Store(ms)
-				}
-			}
-			poke(w)
-		}
+	if rest, ok := strings.CutPrefix(payload, headPrefix); ok {
+		tp.headMoved(rest)
 		return
 	}
 	if w, ok := tp.byID[payload]; ok {
@@ -453,6 +460,43 @@ func (tp *topic) deliver(payload string) {
 	}
 	for w, in := range tp.waiters {
 		if in.all || (in.reader && payload == readersWake) {
+			tp.rouse(w)
+		}
+	}
+}
+
+// headMoved delivers "<head>|<take>|<next>|<ms>" (see headPrefix): to the
+// new head, woken to re-check or, when it may not take the key yet, told
+// it only keeps its place; to the one next in line, told how long to
+// watch the head; and to the waiters that follow every message. A message
+// that does not parse wakes everyone. s.mu is held.
+func (tp *topic) headMoved(rest string) {
+	parts := strings.SplitN(rest, "|", 4)
+	ms, err := int64(0), error(nil)
+	if len(parts) == 4 {
+		ms, err = strconv.ParseInt(parts[3], 10, 64)
+	}
+	if len(parts) != 4 || err != nil {
+		tp.wake()
+		return
+	}
+	head, take, next := parts[0], parts[1], parts[2]
+	if w, ok := tp.byID[head]; ok {
+		if in := tp.waiters[w]; take == "0" && in.watch != nil {
+			in.watch.Store(headBusy)
+			poke(w)
+		} else {
+			tp.rouse(w)
+		}
+	}
+	if w, ok := tp.byID[next]; ok && next != "" {
+		if in := tp.waiters[w]; in.watch != nil && ms > 0 {
+			in.watch.Store(ms)
+		}
+		poke(w)
+	}
+	for w, in := range tp.waiters {
+		if in.all {
 			tp.rouse(w)
 		}
 	}

@@ -49,15 +49,19 @@ func TestMessagesWakeOnlyWhomTheyName(t *testing.T) {
 	}
 }
 
-// TestTheNextInLineIsToldHowLongToWatch delivers "<id>|<ms>" to the
-// waiter next in line: it alone is woken, with the head's time left to
-// watch; a later message naming it (it became the head) takes that back,
-// so that it re-checks on Redis.
+// TestTheNextInLineIsToldHowLongToWatch delivers the message sent when the
+// head of the queue moves on, "h:<head>|<take>|<next>|<ms>": the new head
+// is woken to re-check when it may take the key (take 1) and otherwise only
+// told it keeps its place; the waiter next in line is woken with the head's
+// time left to watch; nobody else but an election's observers; a later
+// message naming a waiter (the key was released) takes what it was told
+// back, so that it re-checks on Redis.
 func TestTheNextInLineIsToldHowLongToWatch(t *testing.T) {
 	s := &subscriber{}
 	tp := &topic{waiters: map[chan struct{}]interest{}, byID: map[string]chan struct{}{}}
-	const nextID, otherID = "AAAAAAAAAAA", "BBBBBBBBBBB"
-	var watch, otherWatch atomic.Int64
+	const headID, nextID, otherID = "HHHHHHHHHHH", "AAAAAAAAAAA", "BBBBBBBBBBB"
+	var headWatch, watch, otherWatch atomic.Int64
+	head, _ := s.join(tp, interest{id: headID, watch: &headWatch})
 	next, _ := s.join(tp, interest{id: nextID, watch: &watch})
 	other, _ := s.join(tp, interest{id: otherID, watch: &otherWatch})
 	observer, _ := s.join(tp, interest{all: true})
@@ -70,9 +74,12 @@ func TestTheNextInLineIsToldHowLongToWatch(t *testing.T) {
 		}
 	}
 
-	tp.deliver(nextID + "|1150")
-	if !woken(next) || woken(other) || woken(observer) {
-		t.Fatal("the next-in-line message should wake its waiter alone")
+	tp.deliver(headPrefix + headID + "|0|" + nextID + "|1150")
+	if !woken(head) || !woken(next) || woken(other) || !woken(observer) {
+		t.Fatal("the message should wake the head, the next in line and the observers alone")
+	}
+	if got := headWatch.Load(); got != headBusy {
+		t.Fatalf("head's watch = %d, want %d: the key is held, the head only keeps its place", got, headBusy)
 	}
 	if got := watch.Load(); got != 1150 {
 		t.Fatalf("watch = %d ms, want 1150", got)
@@ -81,6 +88,10 @@ func TestTheNextInLineIsToldHowLongToWatch(t *testing.T) {
 		t.Fatal("another waiter was told to watch")
 	}
 
+	tp.deliver(headID)
+	if !woken(head) || headWatch.Load() != 0 {
+		t.Fatal("the release's message should wake the head to re-check, with nothing left to watch")
+	}
 	tp.deliver(nextID)
 	if !woken(next) {
 		t.Fatal("the head message did not wake its waiter")
@@ -89,8 +100,14 @@ func TestTheNextInLineIsToldHowLongToWatch(t *testing.T) {
 		t.Fatalf("watch = %d ms after the head message, want 0: the waiter would not re-check", got)
 	}
 
-	tp.deliver(otherID + "|oops")
-	if !woken(other) || otherWatch.Load() != 0 {
-		t.Fatal("a malformed time should wake the waiter to re-check, with nothing to watch")
+	tp.deliver(headPrefix + otherID + "|1||1200")
+	if !woken(other) || otherWatch.Load() != 0 || woken(next) || woken(head) {
+		t.Fatal("a head that may take the key should be woken alone (with the observers) to re-check")
+	}
+	woken(observer)
+
+	tp.deliver(headPrefix + otherID + "|0|oops")
+	if !woken(head) || !woken(next) || !woken(other) || !woken(observer) {
+		t.Fatal("a malformed message should wake everyone to re-check")
 	}
 }
