@@ -90,6 +90,7 @@ func (k *Keeper) KeepAlive(ctx context.Context, ttl time.Duration, renewed func(
 		defer unlisten()
 	}
 	due := time.Now()
+	var rn *renewal
 	for {
 		// Once a renewal has been confirmed, waiting for the next one ends
 		// a little before the lease would run out.
@@ -97,10 +98,12 @@ func (k *Keeper) KeepAlive(ctx context.Context, ttl time.Duration, renewed func(
 		if !k.expiry.IsZero() {
 			until = k.expiry.Add(-span / 6)
 		}
-		rn := &renewal{
-			key: k.key, id: k.leaseID, ks: ks, ttl: ttl, keeper: k.id, register: !registered,
-			due: due, early: span / 10, until: until,
+		// A renewal is renewed again once answered; one given up may still
+		// be in a batch, which answers it later.
+		if rn == nil || !rn.answered {
+			rn = &renewal{key: k.key, id: k.leaseID, ks: ks, ttl: ttl, keeper: k.id}
 		}
+		rn.register, rn.due, rn.early, rn.until = !registered, due, span/10, until
 		res := c.renewer.renew(ctx, rn, revoked, k.end)
 		switch err := res.err; {
 		case ctx.Err() != nil:

@@ -58,6 +58,10 @@ type renewal struct {
 	// notified is set when a notice came while the renewal waited (see
 	// renew): it may have come after the renewal went out.
 	notified bool
+	// answered is set when the outcome came: the renewal is out of the
+	// queue and its batch, and may be renewed again.
+	answered bool
+	timer    *time.Timer // the wait's, kept for the next renewal
 }
 
 type renewResult struct {
@@ -74,22 +78,31 @@ func newRenewer(c *Client) *renewer {
 }
 
 // renew schedules rn at rn.due (or up to rn.early before it, to join a
-// batch) and waits for its outcome, until ctx ends or rn.until (if set)
-// passes, whichever comes first. A value on notice (nil: none comes) makes
-// rn due at once if it still waits to go out, and sets rn.notified.
-// Thousands of KeepAlives wait here at once: the wait costs a timer, not a
-// context or a goroutine of its own.
+// batch) and waits for its outcome, until ctx ends, rn.until (if set)
+// passes, or end is closed (errEnded), whichever comes first. A value on
+// notice (nil: none comes) makes rn due at once if it still waits to go
+// out, and sets rn.notified. Thousands of KeepAlives wait here at once:
+// the wait costs a timer, not a context or a goroutine of its own. A
+// renewal whose outcome came (rn.answered) may be renewed again, with its
+// channel and timer.
 func (r *renewer) renew(ctx context.Context, rn *renewal, notice, end <-chan struct{}) renewResult {
 	rn.early = min(rn.early, maxEarly)
-	rn.result = make(chan renewResult, 1)
+	rn.notified, rn.answered = false, false
+	if rn.result == nil {
+		rn.result = make(chan renewResult, 1)
+	}
 	if d, ok := ctx.Deadline(); ok && (rn.until.IsZero() || d.Before(rn.until)) {
 		rn.until = d
 	}
 	var expired <-chan time.Time
 	if !rn.until.IsZero() {
-		t := time.NewTimer(time.Until(rn.until))
-		defer t.Stop()
-		expired = t.C
+		if rn.timer == nil {
+			rn.timer = time.NewTimer(time.Until(rn.until))
+		} else {
+			rn.timer.Reset(time.Until(rn.until))
+		}
+		defer rn.timer.Stop()
+		expired = rn.timer.C
 	}
 	r.mu.Lock()
 	heap.Push(&r.queue, rn)
@@ -101,6 +114,7 @@ func (r *renewer) renew(ctx context.Context, rn *renewal, notice, end <-chan str
 	for {
 		select {
 		case res := <-rn.result:
+			rn.answered = true
 			return res
 		case <-notice:
 			rn.notified = true
