@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"sync/atomic"
 	"time"
 )
 
@@ -24,11 +23,22 @@ type Keeper struct {
 	// expiry is when the lease runs out as last confirmed, by the local
 	// clock (erring early); zero before the first renewal.
 	expiry time.Time
+	// end, once closed, ends KeepAlive with endCause (see EndOn).
+	end      <-chan struct{}
+	endCause error
 }
 
 // NewKeeper returns a Keeper for the lease leaseID of key.
 func (c *Client) NewKeeper(key, leaseID string) *Keeper {
 	return &Keeper{c: c, key: key, leaseID: leaseID, id: newAttemptID()}
+}
+
+// EndOn makes KeepAlive end with cause once end is closed, as it ends when
+// its ctx does, but without a context of its own: the thousands of
+// KeepAlives of a server share one channel that ends them all when it
+// shuts down. It must be called before KeepAlive.
+func (k *Keeper) EndOn(end <-chan struct{}, cause error) {
+	k.end, k.endCause = end, cause
 }
 
 // KeepAlive renews the lease about every ttl/3 (ttl zero keeps the lease's
@@ -68,14 +78,19 @@ func (k *Keeper) KeepAlive(ctx context.Context, ttl time.Duration, renewed func(
 		}
 		return err
 	}
-	var (
-		current  atomic.Pointer[renewal]
-		notified atomic.Bool // a revocation notice came: renew again at once
-	)
-	stop := make(chan struct{})
-	defer close(stop)
-	go k.watchRevocation(ctx, ks, &current, &notified, stop)
+	// The lease's revocation (an administrator's ForceRelease) is told on
+	// the lock's channel: the renewal waiting when the notice comes is
+	// made due at once, finds the lease not held, and the KeepAlive ends
+	// with ErrNotHeld before the key can go to anyone else. The notice is
+	// listened for without waiting for Redis to confirm the subscription:
+	// one missed costs only time, as the next scheduled renewal does the
+	// same.
+	revoked, unlisten, err := c.subs.listen(ctx, ks.channel, interest{id: revokedPrefix + k.leaseID})
+	if err == nil {
+		defer unlisten()
+	}
 	due := time.Now()
+	var rn *renewal
 	for {
 		// Once a renewal has been confirmed, waiting for the next one ends
 		// a little before the lease would run out.
@@ -83,15 +98,18 @@ func (k *Keeper) KeepAlive(ctx context.Context, ttl time.Duration, renewed func(
 		if !k.expiry.IsZero() {
 			until = k.expiry.Add(-span / 6)
 		}
-		rn := &renewal{
-			key: k.key, id: k.leaseID, ks: ks, ttl: ttl, keeper: k.id, register: !registered,
-			due: due, early: span / 10, until: until,
+		// A renewal is renewed again once answered; one given up may still
+		// be in a batch, which answers it later.
+		if rn == nil || !rn.answered {
+			rn = &renewal{key: k.key, id: k.leaseID, ks: ks, ttl: ttl, keeper: k.id}
 		}
-		current.Store(rn)
-		res := c.renewer.renew(ctx, rn)
+		rn.register, rn.due, rn.early, rn.until = !registered, due, span/10, until
+		res := c.renewer.renew(ctx, rn, revoked, k.end)
 		switch err := res.err; {
 		case ctx.Err() != nil:
 			return ctx.Err()
+		case errors.Is(err, errEnded):
+			return k.endCause
 		case errors.Is(err, ErrNotHeld):
 			return lost(err)
 		case err != nil && k.expiry.IsZero():
@@ -110,37 +128,9 @@ func (k *Keeper) KeepAlive(ctx context.Context, ttl time.Duration, renewed func(
 			return err
 		}
 		due = res.sent.Add(span / 3)
-		if notified.Swap(false) {
+		if rn.notified {
 			// The notice may have come while this renewal was on its way.
 			due = time.Now()
-		}
-	}
-}
-
-// watchRevocation listens on the lock's channel for the lease being
-// revoked (an administrator's ForceRelease of a lease a KeepAlive keeps),
-// and makes the KeepAlive's next renewal due at once: it finds the lease not
-// held, drops it, and the KeepAlive ends with ErrNotHeld before the key can
-// go to anyone else. A notice missed (the subscription not confirmed yet)
-// costs only time: the next scheduled renewal does the same.
-func (k *Keeper) watchRevocation(ctx context.Context, ks keySet, current *atomic.Pointer[renewal], notified *atomic.Bool, stop <-chan struct{}) {
-	c := k.c
-	wake, done, err := c.subs.subscribe(ctx, ks.channel, interest{id: revokedPrefix + k.leaseID}, time.Now().Add(c.maxRecheck), c.maxRecheck)
-	if err != nil {
-		return
-	}
-	defer done()
-	for {
-		select {
-		case <-wake:
-			notified.Store(true)
-			if rn := current.Load(); rn != nil {
-				c.renewer.rushOne(rn)
-			}
-		case <-stop:
-			return
-		case <-ctx.Done():
-			return
 		}
 	}
 }

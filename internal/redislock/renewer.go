@@ -3,6 +3,7 @@ package redislock
 import (
 	"container/heap"
 	"context"
+	"errors"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -37,6 +38,10 @@ type renewer struct {
 	flushes sync.WaitGroup
 }
 
+// errEnded is a renewal's outcome when its Keeper's end channel closed
+// (see Keeper.EndOn).
+var errEnded = errors.New("redislock: keepalive ended")
+
 // renewal is one scheduled renewal.
 type renewal struct {
 	key, id  string
@@ -50,6 +55,13 @@ type renewal struct {
 	result   chan renewResult
 	dropped  atomic.Bool
 	index    int
+	// notified is set when a notice came while the renewal waited (see
+	// renew): it may have come after the renewal went out.
+	notified bool
+	// answered is set when the outcome came: the renewal is out of the
+	// queue and its batch, and may be renewed again.
+	answered bool
+	timer    *time.Timer // the wait's, kept for the next renewal
 }
 
 type renewResult struct {
@@ -66,20 +78,31 @@ func newRenewer(c *Client) *renewer {
 }
 
 // renew schedules rn at rn.due (or up to rn.early before it, to join a
-// batch) and waits for its outcome, until ctx ends or rn.until (if set)
-// passes, whichever comes first. Thousands of KeepAlives wait here at
-// once: the wait costs a timer, not a context of its own.
-func (r *renewer) renew(ctx context.Context, rn *renewal) renewResult {
+// batch) and waits for its outcome, until ctx ends, rn.until (if set)
+// passes, or end is closed (errEnded), whichever comes first. A value on
+// notice (nil: none comes) makes rn due at once if it still waits to go
+// out, and sets rn.notified. Thousands of KeepAlives wait here at once:
+// the wait costs a timer, not a context or a goroutine of its own. A
+// renewal whose outcome came (rn.answered) may be renewed again, with its
+// channel and timer.
+func (r *renewer) renew(ctx context.Context, rn *renewal, notice, end <-chan struct{}) renewResult {
 	rn.early = min(rn.early, maxEarly)
-	rn.result = make(chan renewResult, 1)
+	rn.notified, rn.answered = false, false
+	if rn.result == nil {
+		rn.result = make(chan renewResult, 1)
+	}
 	if d, ok := ctx.Deadline(); ok && (rn.until.IsZero() || d.Before(rn.until)) {
 		rn.until = d
 	}
 	var expired <-chan time.Time
 	if !rn.until.IsZero() {
-		t := time.NewTimer(time.Until(rn.until))
-		defer t.Stop()
-		expired = t.C
+		if rn.timer == nil {
+			rn.timer = time.NewTimer(time.Until(rn.until))
+		} else {
+			rn.timer.Reset(time.Until(rn.until))
+		}
+		defer rn.timer.Stop()
+		expired = rn.timer.C
 	}
 	r.mu.Lock()
 	heap.Push(&r.queue, rn)
@@ -88,17 +111,26 @@ func (r *renewer) renew(ctx context.Context, rn *renewal) renewResult {
 	if first {
 		r.poke()
 	}
-	select {
-	case res := <-rn.result:
-		return res
-	case <-ctx.Done():
-		r.drop(rn)
-		return renewResult{err: ctx.Err()}
-	case <-expired:
-		r.drop(rn)
-		return renewResult{err: context.DeadlineExceeded}
-	case <-r.stopped:
-		return renewResult{err: ErrClosed}
+	for {
+		select {
+		case res := <-rn.result:
+			rn.answered = true
+			return res
+		case <-notice:
+			rn.notified = true
+			r.rushOne(rn)
+		case <-ctx.Done():
+			r.drop(rn)
+			return renewResult{err: ctx.Err()}
+		case <-expired:
+			r.drop(rn)
+			return renewResult{err: context.DeadlineExceeded}
+		case <-end:
+			r.drop(rn)
+			return renewResult{err: errEnded}
+		case <-r.stopped:
+			return renewResult{err: ErrClosed}
+		}
 	}
 }
 

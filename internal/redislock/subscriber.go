@@ -2,8 +2,6 @@ package redislock
 
 import (
 	"context"
-	"strconv"
-	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -79,11 +77,18 @@ type topic struct {
 	refs      int
 	created   time.Time
 	idleSince time.Time
-	ready     chan struct{} // closed when the subscription is confirmed
+	// ready is closed when the subscription is confirmed; made only for
+	// a waiter that waits for it (see subscribe).
+	ready     chan struct{}
 	confirmed bool
 	err       error
-	waiters   map[chan struct{}]interest
-	byID      map[string]chan struct{} // waiters with an id, by id
+	// first is a waiter kept out of the maps, which are made only for
+	// more (see waiters.go): most channels have one waiter, a kept-alive
+	// lease's listening for its revocation, and a map costs hundreds of
+	// bytes.
+	first   waiter
+	waiters map[chan struct{}]interest
+	byID    map[string]chan struct{} // waiters in waiters with an id, by id
 }
 
 // interest says which messages on a channel wake a waiter.
@@ -141,36 +146,14 @@ func newSubscriber(rdb redis.UniversalClient, sharded bool) *subscriber {
 func (s *subscriber) subscribe(ctx context.Context, channel string, in interest, deadline time.Time, confirmWait time.Duration) (wake <-chan struct{}, done func(), err error) {
 	ctx, cancel := context.WithDeadline(ctx, deadline)
 	defer cancel()
-	s.mu.Lock()
-	if s.closed {
-		s.mu.Unlock()
-		return nil, nil, ErrClosed
-	}
-	key, err := s.shardKey(ctx, channel)
+	tp, ready, w, done, err := s.register(ctx, channel, in, true)
 	if err != nil {
-		s.mu.Unlock()
 		return nil, nil, err
 	}
-	sh := s.shards[key]
-	if sh == nil {
-		sh = s.openShard(ctx, key, channel)
-	}
-	tp := sh.topics[channel]
-	fresh := tp == nil
-	if fresh {
-		tp = &topic{created: time.Now(), ready: make(chan struct{}), waiters: map[chan struct{}]interest{}, byID: map[string]chan struct{}{}}
-		sh.topics[channel] = tp
-	}
-	w, done := s.join(tp, in)
-	if fresh {
-		sh.enqueue(command{subscribe: true, channels: []string{channel}, topic: tp})
-	}
-	s.mu.Unlock()
-
 	unconfirmed := time.NewTimer(confirmWait)
 	defer unconfirmed.Stop()
 	select {
-	case <-tp.ready:
+	case <-ready:
 		if tp.err != nil {
 			done()
 			return nil, nil, tp.err
@@ -182,6 +165,60 @@ func (s *subscriber) subscribe(ctx context.Context, channel string, in interest,
 		done()
 		return nil, nil, ctx.Err()
 	}
+}
+
+// listen registers a waiter on channel as subscribe does, but returns at
+// once, before Redis confirms the subscription: for a waiter that has no
+// use for the wait, as a message missed meanwhile costs it only time. A
+// subscription Redis refuses leaves the waiter registered on a channel no
+// message arrives on.
+func (s *subscriber) listen(ctx context.Context, channel string, in interest) (wake <-chan struct{}, done func(), err error) {
+	_, _, w, done, err := s.register(ctx, channel, in, false)
+	if err != nil {
+		return nil, nil, err
+	}
+	return w, done, nil
+}
+
+// register joins a waiter to channel's topic, subscribing the channel if
+// it is not yet, and returns the topic with what join returns. With
+// confirm, it returns too the topic's ready channel, closed once the
+// subscription is confirmed.
+func (s *subscriber) register(ctx context.Context, channel string, in interest, confirm bool) (tp *topic, ready <-chan struct{}, w chan struct{}, done func(), err error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.closed {
+		return nil, nil, nil, nil, ErrClosed
+	}
+	key, err := s.shardKey(ctx, channel)
+	if err != nil {
+		return nil, nil, nil, nil, err
+	}
+	sh := s.shards[key]
+	if sh == nil {
+		sh = s.openShard(ctx, key, channel)
+	}
+	tp = sh.topics[channel]
+	fresh := tp == nil
+	if fresh {
+		tp = &topic{created: time.Now()}
+		sh.topics[channel] = tp
+	}
+	if confirm {
+		switch {
+		case tp.ready != nil:
+		case tp.confirmed:
+			tp.ready = closedChan
+		default:
+			tp.ready = make(chan struct{})
+		}
+		ready = tp.ready
+	}
+	w, done = s.join(tp, in)
+	if fresh {
+		sh.enqueue(command{subscribe: true, channels: []string{channel}, topic: tp})
+	}
+	return tp, ready, w, done, nil
 }
 
 // listening registers a waiter on channel if the channel is subscribed
@@ -215,17 +252,11 @@ func (s *subscriber) listening(ctx context.Context, channel string, in interest)
 func (s *subscriber) join(tp *topic, in interest) (chan struct{}, func()) {
 	tp.refs++
 	w := make(chan struct{}, 1)
-	tp.waiters[w] = in
-	if in.id != "" {
-		tp.byID[in.id] = w
-	}
+	tp.add(w, in)
 	return w, func() {
 		s.mu.Lock()
 		defer s.mu.Unlock()
-		delete(tp.waiters, w)
-		if in.id != "" && tp.byID[in.id] == w {
-			delete(tp.byID, in.id)
-		}
+		tp.remove(w, in)
 		tp.refs--
 		if tp.refs == 0 {
 			tp.idleSince = time.Now()
@@ -319,7 +350,7 @@ func (s *subscriber) send(sh *shard) {
 				s.mu.Lock()
 				if tp := c.topic; !tp.confirmed {
 					tp.err, tp.confirmed = err, true
-					close(tp.ready)
+					tp.readyNow()
 					if sh.topics[c.channels[0]] == tp {
 						delete(sh.topics, c.channels[0])
 					}
@@ -382,7 +413,7 @@ func (s *subscriber) subscribed(sh *shard, channel string) {
 	if asked != nil && asked.topic != nil {
 		if tp == asked.topic && !tp.confirmed {
 			tp.confirmed = true
-			close(tp.ready)
+			tp.readyNow()
 		}
 		return
 	}
@@ -411,117 +442,6 @@ func (s *subscriber) unsubscribed(sh *shard, channel string) {
 	if tp := sh.topics[channel]; tp != nil {
 		delete(sh.topics, channel)
 		tp.wake()
-	}
-}
-
-// wake makes every waiter of the topic re-check. s.mu is held.
-func (tp *topic) wake() {
-	for w := range tp.waiters {
-		tp.rouse(w)
-	}
-}
-
-// rouse wakes waiter w to re-check on Redis: what a message had told it
-// to watch no longer stands in for a re-check. s.mu is held.
-func (tp *topic) rouse(w chan struct{}) {
-	if in := tp.waiters[w]; in.watch != nil {
-		in.watch.Store(0)
-	}
-	poke(w)
-}
-
-// deliver wakes the waiters a message names: one attempt by its id (the
-// head of the queue, which may take the key), the new head and the one
-// next in line when the head moved on (headPrefix), a revoked lease's
-// KeepAlive, every reader, or, for any other message, everyone.
-// Waiters that follow every message are woken each time. s.mu is held.
-func (tp *topic) deliver(payload string) {
-	if strings.HasPrefix(payload, revokedPrefix) {
-		// A lease revoked by an administrator: for its KeepAlive alone.
-		if w, ok := tp.byID[payload]; ok {
-			poke(w)
-		}
-		return
-	}
-	if rest, ok := strings.CutPrefix(payload, headPrefix); ok {
-		tp.headMoved(rest)
-		return
-	}
-	if w, ok := tp.byID[payload]; ok {
-		tp.rouse(w)
-	} else if payload != readersWake {
-		// Not meant for a waiter of this process, or a message naming
-		// nobody: an attempt id from another process is not for us, any
-		// other message is for everyone.
-		if !isAttemptID(payload) {
-			tp.wake()
-			return
-		}
-	}
-	for w, in := range tp.waiters {
-		if in.all || (in.reader && payload == readersWake) {
-			tp.rouse(w)
-		}
-	}
-}
-
-// headMoved delivers "<head>|<take>|<next>|<ms>" (see headPrefix): to the
-// new head, woken to re-check or, when it may not take the key yet, told
-// it only keeps its place; to the one next in line, told how long to
-// watch the head; and to the waiters that follow every message. A message
-// that does not parse wakes everyone. s.mu is held.
-func (tp *topic) headMoved(rest string) {
-	parts := strings.SplitN(rest, "|", 4)
-	ms, err := int64(0), error(nil)
-	if len(parts) == 4 {
-		ms, err = strconv.ParseInt(parts[3], 10, 64)
-	}
-	if len(parts) != 4 || err != nil {
-		tp.wake()
-		return
-	}
-	head, take, next := parts[0], parts[1], parts[2]
-	if w, ok := tp.byID[head]; ok {
-		if in := tp.waiters[w]; take == "0" && in.watch != nil {
-			in.watch.Store(headBusy)
-			poke(w)
-		} else {
-			tp.rouse(w)
-		}
-	}
-	if w, ok := tp.byID[next]; ok && next != "" {
-		if in := tp.waiters[w]; in.watch != nil && ms > 0 {
-			in.watch.Store(ms)
-		}
-		poke(w)
-	}
-	for w, in := range tp.waiters {
-		if in.all {
-			tp.rouse(w)
-		}
-	}
-}
-
-// isAttemptID reports whether a message looks like an attempt id (see
-// newAttemptID): 11 URL-safe base64 characters.
-func isAttemptID(s string) bool {
-	if len(s) != attemptIDLen {
-		return false
-	}
-	for i := range len(s) {
-		c := s[i]
-		if !('a' <= c && c <= 'z' || 'A' <= c && c <= 'Z' || '0' <= c && c <= '9' || c == '-' || c == '_') {
-			return false
-		}
-	}
-	return true
-}
-
-// poke wakes one waiter, unless a wake-up is pending already.
-func poke(w chan struct{}) {
-	select {
-	case w <- struct{}{}:
-	default:
 	}
 }
 

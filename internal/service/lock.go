@@ -253,16 +253,16 @@ func (s *LockServer) KeepAlive(req *lockdv1.KeepAliveRequest, stream lockdv1.Loc
 		return toStatus(ctx, s.log, redislock.NotHeld(req.GetKey()))
 	}
 
-	kctx, stop := s.endOnDrain(ctx)
-	defer stop()
-
 	// Renewal never waits on the client reading: leases go out from a
 	// sender of their own, which keeps only the newest one unsent.
 	out := newLatest(func(l *lockdv1.Lease) error {
 		return stream.Send(&lockdv1.KeepAliveResponse{Lease: l})
 	})
 	keeper := s.engine.NewKeeper(req.GetKey(), req.GetLeaseId())
-	err = keeper.KeepAlive(kctx, ttl, func(l redislock.Lease) error {
+	// A drain ends the stream without a context of its own: the open
+	// streams share the drain's channel.
+	keeper.EndOn(s.drained.Done(), errShuttingDown)
+	err = keeper.KeepAlive(ctx, ttl, func(l redislock.Lease) error {
 		s.leases.renewed(ctx, l)
 		out.offer(toProto(shownOwner(ctx, l)))
 		return nil
@@ -272,7 +272,7 @@ func (s *LockServer) KeepAlive(req *lockdv1.KeepAliveRequest, stream lockdv1.Loc
 		s.leases.ended(ctx, req.GetLeaseId())
 	}
 	switch {
-	case context.Cause(kctx) == errShuttingDown:
+	case errors.Is(err, errShuttingDown):
 		return toStatus(ctx, s.log, errShuttingDown)
 	case ctx.Err() != nil:
 		// The client closed the stream: renewal stops here. With
