@@ -332,6 +332,45 @@ func percentile(d []time.Duration, p float64) float64 {
 	return float64(d[int(p*float64(len(d)-1))].Microseconds()) / 1000
 }
 
+// grantCount counts grants, and lets a waiter that was the last one
+// granted wait, without polling, until another is: a waiter goes to the
+// back of the line only once the next one has the lock.
+type grantCount struct {
+	mu    sync.Mutex
+	n     int64
+	moved chan struct{} // closed at the next grant
+}
+
+// add counts a grant and returns its number.
+func (g *grantCount) add() int64 {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	g.n++
+	if g.moved != nil {
+		close(g.moved)
+		g.moved = nil
+	}
+	return g.n
+}
+
+// waitPast waits until grant n is not the last one, or ctx ends.
+func (g *grantCount) waitPast(ctx context.Context, n int64) {
+	g.mu.Lock()
+	if g.n != n {
+		g.mu.Unlock()
+		return
+	}
+	if g.moved == nil {
+		g.moved = make(chan struct{})
+	}
+	moved := g.moved
+	g.mu.Unlock()
+	select {
+	case <-moved:
+	case <-ctx.Done():
+	}
+}
+
 // holdFor spends d in a critical section, yielding the processor to other
 // goroutines meanwhile. time.Sleep would not do: a sleep shorter than a
 // millisecond lasts up to a whole one whenever the process has nothing
@@ -369,7 +408,7 @@ func contend(ss []session, prefix string, hold, warmup, measure time.Duration, m
 		res        contention
 		releasedAt time.Time
 		open       bool
-		grants     atomic.Int64
+		grants     grantCount
 		holding    atomic.Int64 // waiters inside the critical section: 1 at most
 		asked      sync.WaitGroup
 		wg         sync.WaitGroup
@@ -412,7 +451,7 @@ func contend(ss []session, prefix string, hold, warmup, measure time.Duration, m
 					}
 				}
 				mu.Unlock()
-				mine := grants.Add(1)
+				mine := grants.add()
 				if n := holding.Add(1); n != 1 {
 					fail(fmt.Errorf("%d waiters held %s at once", n, key))
 				}
@@ -426,9 +465,7 @@ func contend(ss []session, prefix string, hold, warmup, measure time.Duration, m
 					return
 				}
 				// Go to the back of the line.
-				for grants.Load() == mine && ctx.Err() == nil {
-					time.Sleep(50 * time.Microsecond)
-				}
+				grants.waitPast(ctx, mine)
 			}
 		}()
 	}
