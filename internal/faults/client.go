@@ -215,13 +215,17 @@ func (h *Held) Release(ctx context.Context, final bool) (uint32, error) {
 	c := h.Client
 	reqID := newID()
 	var err error
+	var first time.Time
 	for range 3 {
 		cctx, cancel := context.WithTimeout(ctx, 3*time.Second)
 		call := time.Now()
 		var res *lockdv1.ReleaseResponse
 		res, err = c.replica().Release(cctx, &lockdv1.ReleaseRequest{Key: h.Key, LeaseId: h.Lease, RequestId: reqID})
 		cancel()
-		e := Event{Op: OpRelease, Client: c.ID, Key: h.Key, Lease: h.Lease, Write: true, Call: call, Return: time.Now(), Final: final}
+		e := Event{Op: OpRelease, Client: c.ID, Key: h.Key, Lease: h.Lease, Write: true, Call: call, Return: time.Now(), Final: final, Since: first}
+		if first.IsZero() {
+			first = call
+		}
 		if err == nil {
 			e.HoldCount = res.GetHoldCount()
 			c.run.History.Add(e)

@@ -79,6 +79,11 @@ type Event struct {
 	// history does not show: the holder closed a stream that releases on
 	// close (a Campaign resigning).
 	Async bool
+	// Since is, for an OpRelease retried with the same request_id after a
+	// try failed, when the first try was made: the answer is that of
+	// whichever try ended the hold, so it may have acted from then on.
+	// Zero for a first try.
+	Since time.Time
 }
 
 // History records events from many goroutines.

@@ -246,6 +246,11 @@ func lockOperations(events []Event) []porcupine.Operation {
 			op.kind = lockMaybeHeld
 		case e.Op == OpRelease && e.Err == "" && !e.Async:
 			op.kind = lockRelease
+			if !e.Since.IsZero() {
+				// A retry answers what its request's first try did,
+				// which may have ended the hold from then on.
+				call = e.Since
+			}
 		case e.Op == OpRelease && e.Err == "NotFound":
 			op.kind = lockNotHeld
 		case e.Op == OpRelease || e.Op == OpAbandon:

@@ -30,6 +30,7 @@ func renewed(client int, lease string, made, heard, ttl int) Event {
 func TestLockModel(t *testing.T) {
 	notFound := func(e Event) Event { e.Err, e.HoldCount = "NotFound", 0; return e }
 	failed := func(e Event) Event { e.Err, e.OK, e.Lease = "Unavailable", false, ""; return e }
+	retried := func(e Event, since int) Event { e.Since = at(since); return e }
 	tests := []struct {
 		name   string
 		events []Event
@@ -77,6 +78,14 @@ func TestLockModel(t *testing.T) {
 			held(0, "a", 10, 0, 1, 2, 1000, 1), failed(released(0, "a", 20, 3020, 0)),
 			held(1, "b", 20, 3030, 3031, 3032, 1000, 1),
 		}, porcupine.Ok},
+		{"a retried Release answered OK after the key was granted again", []Event{
+			held(0, "a", 10, 0, 1, 2, 1000, 1), failed(released(0, "a", 20, 25, 0)),
+			held(1, "b", 20, 22, 23, 30, 1000, 1), retried(released(0, "a", 40, 45, 0), 20),
+		}, porcupine.Ok},
+		{"a Release answered OK after the key was granted again", []Event{
+			held(0, "a", 10, 0, 1, 2, 1000, 1), failed(released(0, "a", 20, 25, 0)),
+			held(1, "b", 20, 22, 23, 30, 1000, 1), released(0, "a", 40, 45, 0),
+		}, porcupine.Illegal},
 		{"a failed re-entry leaves the hold count open", []Event{
 			held(0, "a", 10, 0, 1, 2, 10000, 1), failed(held(0, "a", 10, 10, 11, 3012, 10000, 2)),
 			released(0, "a", 3020, 3021, 1), released(0, "a", 3022, 3023, 0),
