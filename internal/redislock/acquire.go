@@ -88,7 +88,14 @@ func (c *Client) Acquire(ctx context.Context, req Request) (Result, error) {
 	if wake == nil {
 		in.id = a.id
 		var err error
-		wake, done, err = c.subs.subscribe(ctx, a.ks.channel, in, deadline, c.maxRecheck)
+		// A queued waiter waits for the subscription's confirmation no
+		// longer than it may go without trying: at the head, its place
+		// lasts only a moment (HEAD_MS) unless it tries again.
+		confirmWait := c.maxRecheck
+		if a.queued {
+			confirmWait = min(confirmWait, headRefresh)
+		}
+		wake, done, err = c.subs.subscribe(ctx, a.ks.channel, in, deadline, confirmWait)
 		if err != nil {
 			a.unwait()
 			if errors.Is(err, context.DeadlineExceeded) && ctx.Err() == nil {
