@@ -60,6 +60,8 @@ type handed struct {
 type offers struct {
 	mu sync.Mutex
 	m  map[string]*offer
+	// n is len(m), read without the lock: most releases find no offer.
+	n atomic.Int32
 }
 
 // put offers o for its record, in place of an older offer.
@@ -69,11 +71,15 @@ func (s *offers) put(o *offer) {
 		s.m = make(map[string]*offer)
 	}
 	s.m[o.record] = o
+	s.n.Store(int32(len(s.m)))
 	s.mu.Unlock()
 }
 
 // take takes the open offer for record, or returns nil.
 func (s *offers) take(record string) *offer {
+	if s.n.Load() == 0 {
+		return nil
+	}
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	o := s.m[record]
@@ -81,6 +87,7 @@ func (s *offers) take(record string) *offer {
 		return nil
 	}
 	delete(s.m, record)
+	s.n.Store(int32(len(s.m)))
 	if !o.state.CompareAndSwap(offerOpen, offerTaken) {
 		return nil
 	}
@@ -94,6 +101,7 @@ func (s *offers) withdraw(o *offer) (h handed, ok bool) {
 		s.mu.Lock()
 		if s.m[o.record] == o {
 			delete(s.m, o.record)
+			s.n.Store(int32(len(s.m)))
 		}
 		s.mu.Unlock()
 		return handed{}, true
