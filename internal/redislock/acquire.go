@@ -174,18 +174,20 @@ func (c *Client) Acquire(ctx context.Context, req Request) (Result, error) {
 		case <-ctx.Done():
 			ended = true
 		}
-		if o != nil {
-			// A release that took the offer meanwhile is waited for: it
-			// may have granted the key.
-			if h, ok := a.c.offers.withdraw(o); !ok {
-				got = &h
+		if o != nil && !a.c.offers.withdraw(o) {
+			// A release took the offer meanwhile: it may have granted the
+			// key. Its outcome is waited for as long as this call waits.
+			got = a.handedWithin(ctx, o, deadline)
+			if got == nil && ctx.Err() != nil {
+				ended = true
 			}
 		}
 		if got != nil {
 			if got.raw == nil && got.err == nil {
 				// Not handed the key: the release woke whoever may take
-				// it, as it does without an offer.
-				recheck = false
+				// it, as it does without an offer; the wake-up may have
+				// been taken already, so the waiter re-checks.
+				recheck = true
 			} else {
 				a.notAfter = max(a.notAfter, got.notAfter)
 				if got.err != nil && !transient(got.err) {

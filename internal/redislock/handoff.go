@@ -94,19 +94,49 @@ func (s *offers) take(record string) *offer {
 	return o
 }
 
-// withdraw takes o back. A release that took it first has its outcome
-// answered: withdraw waits for it and returns it, with ok false.
-func (s *offers) withdraw(o *offer) (h handed, ok bool) {
-	if o.state.CompareAndSwap(offerOpen, offerWithdrawn) {
-		s.mu.Lock()
-		if s.m[o.record] == o {
-			delete(s.m, o.record)
-			s.n.Store(int32(len(s.m)))
-		}
-		s.mu.Unlock()
-		return handed{}, true
+// withdraw takes o back, and tells whether it could: a release that took
+// it first answers its outcome on o.out.
+func (s *offers) withdraw(o *offer) bool {
+	if !o.state.CompareAndSwap(offerOpen, offerWithdrawn) {
+		return false
 	}
-	return <-o.out, false
+	s.mu.Lock()
+	if s.m[o.record] == o {
+		delete(s.m, o.record)
+		s.n.Store(int32(len(s.m)))
+	}
+	s.mu.Unlock()
+	return true
+}
+
+// handedWithin waits for the outcome of the release that took a's offer o,
+// until ctx ends or the wait is over (deadline), and returns it, or nil
+// when the call stops waiting first. That release may still grant the
+// key: its outcome is then read in the background, and what it did is
+// undone as for a reply that went astray (a grant is kept for a retry of
+// the request to claim, as any grant with a request id whose caller went
+// away). The waiter's place goes as its wait ends.
+func (a *attempt) handedWithin(ctx context.Context, o *offer, deadline time.Time) *handed {
+	timer := time.NewTimer(time.Until(deadline))
+	defer timer.Stop()
+	select {
+	case h := <-o.out:
+		return &h
+	case <-ctx.Done():
+	case <-timer.C:
+	}
+	gone := *a // the ids as they are now: the attempt may go on under fresh ones
+	go func() {
+		h := <-o.out
+		if h.raw == nil && h.err == nil {
+			return
+		}
+		gone.notAfter = max(gone.notAfter, h.notAfter)
+		if h.err != nil || gone.req.RequestID == "" {
+			gone.undo(true)
+		}
+	}()
+	return nil
 }
 
 // offer offers a's next try to the releases of its key in this process,
