@@ -316,11 +316,7 @@ type Client struct {
 	// them a moment to land.
 	undos   inFlight
 	closing chan struct{}
-
-	// offers are the acquires of writers waiting at the head of a queue,
-	// for this process's releases of their keys to hand them (handoff.go).
-	offers offers
-	closed sync.Once
+	closed  sync.Once
 }
 
 // New returns a Client on rdb, which may be a *redis.Client, a Sentinel
@@ -429,11 +425,7 @@ func (c *Client) Release(ctx context.Context, key, leaseID, requestID string) (u
 
 func (c *Client) release(ctx context.Context, ks keySet, key, leaseID, requestID, keeper string) (uint32, error) {
 	request := requestKey(requestID)
-	ho, keys, args := c.handOver(ctx, ks, ks.releaseKeys(request), []any{leaseID, request, keeper, c.publish})
-	reply, err := releaseScript.Run(ctx, c.scripts, keys, args...).Slice()
-	if ho != nil {
-		ho.answer(reply, err)
-	}
+	reply, err := releaseScript.Run(ctx, c.scripts, ks.releaseKeys(request), leaseID, request, keeper, c.publish).Slice()
 	if err != nil {
 		return 0, err
 	}
@@ -456,7 +448,7 @@ func (c *Client) release(ctx context.Context, ks keySet, key, leaseID, requestID
 		return 0, notHeld(key)
 	}
 	n := intAt(reply, 1)
-	if n == 0 && len(reply) >= 4 {
+	if n == 0 && len(reply) == 4 {
 		mode, _ := reply[2].(string)
 		c.obs.Released(parseMode(mode), time.Duration(intAt(reply, 3))*time.Millisecond)
 	}
