@@ -49,7 +49,7 @@ func (c *Client) Acquire(ctx context.Context, req Request) (Result, error) {
 	}
 
 	if req.Wait <= 0 {
-		res, err := a.tryInTime(ctx, 0)
+		res, err := a.tryInTime(ctx, 0, nil)
 		return a.finish(ctx, res, err)
 	}
 	deadline := a.start.Add(req.Wait)
@@ -72,7 +72,7 @@ func (c *Client) Acquire(ctx context.Context, req Request) (Result, error) {
 			done()
 		}
 	}()
-	res, err := a.waitingTry(ctx, time.Until(deadline))
+	res, err := a.waitingTry(ctx, time.Until(deadline), nil)
 	if err != nil || res.Acquired {
 		return a.finish(ctx, res, err)
 	}
@@ -122,7 +122,7 @@ func (c *Client) Acquire(ctx context.Context, req Request) (Result, error) {
 		}
 		// Re-check after subscribing, and after every wake-up.
 		if recheck {
-			res, err = a.waitingTry(ctx, left)
+			res, err = a.waitingTry(ctx, left, nil)
 			if err != nil || res.Acquired {
 				return a.finish(ctx, res, err)
 			}
@@ -145,9 +145,19 @@ func (c *Client) Acquire(ctx context.Context, req Request) (Result, error) {
 			next = min(next, res.headLeft+time.Millisecond)
 		}
 		// Those further behind are woken in turn, and re-check only as a
-		// fallback.
+		// fallback. A writer at the head offers its next try to this
+		// process's releases of the key (handoff.go).
 		timer.Reset(next)
+		o := a.offer(res, deadline)
+		var offered <-chan handed
+		if o != nil {
+			offered = o.out
+		}
+		var got *handed
+		ended := false
 		select {
+		case h := <-offered:
+			got, o = &h, nil
 		case <-wake:
 			switch ms := watch.Swap(0); {
 			case ms > 0:
@@ -162,6 +172,40 @@ func (c *Client) Acquire(ctx context.Context, req Request) (Result, error) {
 			}
 		case <-timer.C:
 		case <-ctx.Done():
+			ended = true
+		}
+		if o != nil && !a.c.offers.withdraw(o) {
+			// A release took the offer meanwhile: it may have granted the
+			// key. Its outcome is waited for as long as this call waits.
+			got = a.handedWithin(ctx, o, deadline)
+			if got == nil && ctx.Err() != nil {
+				ended = true
+			}
+		}
+		if got != nil {
+			if got.raw == nil && got.err == nil {
+				// Not handed the key: the release woke whoever may take
+				// it, as it does without an offer; the wake-up may have
+				// been taken already, so the waiter re-checks.
+				recheck = true
+			} else {
+				a.notAfter = max(a.notAfter, got.notAfter)
+				if got.err != nil && !transient(got.err) {
+					// The release's own call ended (its caller went away):
+					// for this attempt, a try whose outcome is unknown.
+					got.err = fmt.Errorf("%w: %v", errHandoffLost, got.err)
+				}
+				r, err := a.waitingTry(ctx, time.Until(deadline), got)
+				if r.Acquired || (err != nil && !ended) {
+					return a.finish(ctx, r, err)
+				}
+				if !ended {
+					res = r
+				}
+				recheck = false
+			}
+		}
+		if ended {
 			a.unwait()
 			if errors.Is(ctx.Err(), context.DeadlineExceeded) {
 				// The caller's deadline ends the wait like wait_timeout.
@@ -174,15 +218,16 @@ func (c *Client) Acquire(ctx context.Context, req Request) (Result, error) {
 	return a.finish(ctx, res, nil)
 }
 
-// waitingTry is tryInTime for a call that waits: a try that failed on
+// waitingTry is tryInTime for a call that waits (first, if given, is the
+// outcome of a try a release made for it): a try that failed on
 // Redis (a dropped connection, a restart, a failover) does not end the
 // wait; the call tries again under fresh ids after a pause that grows to
 // maxRecheck, for as long as its wait lasts. The failed try may have been
 // granted unheard: without a RequestID it is undone first (the next try,
 // by the same owner, would re-enter it and answer two holds); with one,
 // the next try claims it.
-func (a *attempt) waitingTry(ctx context.Context, wait time.Duration) (Result, error) {
-	res, err := a.tryInTime(ctx, wait)
+func (a *attempt) waitingTry(ctx context.Context, wait time.Duration, first *handed) (Result, error) {
+	res, err := a.tryInTime(ctx, wait, first)
 	if err == nil || !transient(err) || ctx.Err() != nil {
 		a.pause = 0
 		return res, err
@@ -199,30 +244,6 @@ func (a *attempt) waitingTry(ctx context.Context, wait time.Duration) (Result, e
 	return Result{RetryAfter: a.pause}, nil
 }
 
-// undone undoes what the failed try of this attempt may have done (its
-// hold and its place), trying until the undo lands or wait passes.
-func (a *attempt) undone(ctx context.Context, wait time.Duration) error {
-	deadline := time.Now().Add(wait)
-	backoff := undoBackoff
-	for {
-		tctx, cancel := context.WithTimeout(ctx, min(undoTry, max(time.Until(deadline), time.Millisecond)))
-		done, err := a.abandon(tctx, true)
-		cancel()
-		if err == nil && !done {
-			err = errUndoPending
-		}
-		if err == nil || ctx.Err() != nil || !time.Now().Add(backoff).Before(deadline) {
-			return err
-		}
-		select {
-		case <-time.After(backoff):
-		case <-ctx.Done():
-			return ctx.Err()
-		}
-		backoff = min(2*backoff, undoMaxBackoff)
-	}
-}
-
 // Where a queued call stands, as the busy answer tells it.
 const (
 	placeHead   = 0 // the head of the queue, or not queued
@@ -233,6 +254,10 @@ const (
 // headRefresh is how often the head of the queue tries again to keep its
 // place, which lasts 1.2s without a try (HEAD_MS in common.lua).
 const headRefresh = 300 * time.Millisecond
+
+// errHandoffLost is the outcome of a try a release made for a waiter
+// (handoff.go) when the release's call ended before its reply came.
+var errHandoffLost = errors.New("redislock: the release handing over the key ended before its reply")
 
 // retryPause is the first pause of a waiting call after a try failed on
 // Redis.
@@ -294,7 +319,9 @@ func validLeaseID(id string) error {
 	return nil
 }
 
-// tryInTime is try, but a grant whose reply came after its lease may have
+// tryInTime is try (first, if given, is the outcome of a try a release
+// made for the attempt, read before any try of its own), but a grant whose
+// reply came after its lease may have
 // run out (a slow network, a long pause of this process, a request served
 // by a Redis that was frozen meanwhile) is not handed out: the lease is
 // known to run until sent + remaining by this host's clock and not a
@@ -311,9 +338,16 @@ func validLeaseID(id string) error {
 // every grant of a request id whose reply went astray, and read again at
 // once: a replay that comes in time is a lease that runs until its own
 // sent + remaining. A grant nobody claims runs out with its ttl.
-func (a *attempt) tryInTime(ctx context.Context, wait time.Duration) (Result, error) {
+func (a *attempt) tryInTime(ctx context.Context, wait time.Duration, first *handed) (Result, error) {
 	for tries := 1; ; tries++ {
-		res, err := a.try(ctx, wait)
+		var res Result
+		var err error
+		if first != nil {
+			res, err = a.answer(ctx, wait, first.sent, first.raw, first.err)
+			first = nil
+		} else {
+			res, err = a.try(ctx, wait)
+		}
 		if err != nil || !res.Acquired || time.Now().Before(res.Lease.sent.Add(res.Lease.remaining)) {
 			return res, err
 		}
@@ -360,6 +394,12 @@ func (a *attempt) try(ctx context.Context, wait time.Duration) (Result, error) {
 			request, a.c.lossGrace.Milliseconds(), waitMs, a.ks.channel, a.c.publish, notAfter}
 	}
 	raw, err := a.c.runRaw(ctx, script, a.ks, a.ks.scriptKeys(true), args...)
+	return a.answer(ctx, wait, sent, raw, err)
+}
+
+// answer reads the reply (raw, err) of a try sent at sent: this attempt's
+// own, or the grant a release handed it (handoff.go).
+func (a *attempt) answer(ctx context.Context, wait time.Duration, sent time.Time, raw any, err error) (Result, error) {
 	if token, ok := raw.(string); ok && err == nil {
 		// The fast path's answer: a fresh lease as asked, held once from
 		// the token's instant.
@@ -487,120 +527,6 @@ func (a *attempt) finish(ctx context.Context, res Result, err error) (Result, er
 		a.c.obs.Waited(a.req.Mode, waited)
 	}
 	return res, nil
-}
-
-// unwait withdraws a queued waiter, so those it held back (the waiters
-// behind it, readers) go in now rather than when its place would have
-// expired. The first try is made at
-// once; should it fail, the clean-up goes on in the background.
-func (a *attempt) unwait() {
-	if !a.queued {
-		return
-	}
-	a.queued = false
-	ctx, cancel := context.WithTimeout(context.Background(), unwaitTry)
-	defer cancel()
-	if _, err := a.abandon(ctx, false); err == nil {
-		return
-	}
-	gone := *a // the ids as they are now: the attempt may go on under fresh ones
-	a.c.cleanUp(func(ctx context.Context) error {
-		_, err := gone.abandon(ctx, false)
-		return err
-	}, time.Now().Add(3*a.c.maxRecheck))
-}
-
-// undo takes back, in the background, what this attempt may have done
-// without its caller hearing of it: its hold (when undoHold) and its place
-// in the queue. It retries until the undo lands, or until the
-// hold would have run out by itself (it was granted for the request's ttl
-// after the attempt started).
-func (a *attempt) undo(undoHold bool) {
-	queued := a.queued
-	a.queued = false
-	if !undoHold && !queued {
-		return
-	}
-	until := a.start.Add(a.req.TTL)
-	if queued {
-		if q := time.Now().Add(3 * a.c.maxRecheck); q.After(until) {
-			until = q
-		}
-	}
-	if undoHold && a.notAfter != 0 {
-		// Until Redis's clock passes notAfter the try may still arrive.
-		if u := time.Now().Add(a.c.replyTimeout + 3*a.c.maxRecheck); u.After(until) {
-			until = u
-		}
-	}
-	gone := *a // the ids as they are now: the attempt may go on under fresh ones
-	a.c.cleanUp(func(ctx context.Context) error {
-		done, err := gone.abandon(ctx, undoHold)
-		if err == nil && !done {
-			return errUndoPending
-		}
-		return err
-	}, until)
-}
-
-// errUndoPending says an undo found nothing to undo while the try it
-// undoes could still reach Redis: it is tried again.
-var errUndoPending = errors.New("redislock: the try to undo may still reach Redis")
-
-// abandon runs abandon.lua once for this attempt. It is done when it
-// landed and, with undoHold, when it undid the attempt's hold or Redis's
-// clock is past the attempt's notAfter, when no try of it can act any
-// more (notafter.go); an undo that found nothing before then may have run
-// ahead of a try still on its way.
-func (a *attempt) abandon(ctx context.Context, undoHold bool) (done bool, err error) {
-	hold := "0"
-	if undoHold {
-		hold = "1"
-	}
-	reply, err := abandonScript.Run(ctx, a.c.rdb, a.ks.scriptKeys(false),
-		a.id, a.req.Mode.arg(), a.req.Owner, hold, a.ks.channel, a.c.publish, requestKey(a.req.RequestID)).Slice()
-	if err != nil {
-		return false, err
-	}
-	now := intAt(reply, 2)
-	a.c.clock.saw(now, time.Now())
-	return !undoHold || intAt(reply, 0) == 1 || a.notAfter == 0 || now > a.notAfter, nil
-}
-
-const (
-	// unwaitTry bounds the try to leave the queue that a waiter
-	// makes before answering its caller.
-	unwaitTry = 250 * time.Millisecond
-	// undoTry bounds one try of a clean-up.
-	undoTry = 2 * time.Second
-	// undoBackoff is the first pause between tries; it doubles up to
-	// undoMaxBackoff.
-	undoBackoff    = 50 * time.Millisecond
-	undoMaxBackoff = 2 * time.Second
-)
-
-// cleanUp runs op in the background until it succeeds or until passes
-// (after at least one try), backing off between tries.
-func (c *Client) cleanUp(op func(context.Context) error, until time.Time) {
-	c.undos.add()
-	go func() {
-		defer c.undos.done()
-		backoff := undoBackoff
-		for {
-			ctx, cancel := context.WithTimeout(context.Background(), undoTry)
-			err := op(ctx)
-			cancel()
-			if err == nil || !time.Now().Add(backoff).Before(until) {
-				return
-			}
-			select {
-			case <-time.After(backoff):
-			case <-c.closing:
-				return
-			}
-			backoff = min(2*backoff, undoMaxBackoff)
-		}
-	}()
 }
 
 // attemptIDLen is the length of an attempt id.

@@ -159,6 +159,10 @@ local lost_record = false
 -- (join_queue, leave_queue, scan, lose): a script asks more than once.
 local head_seen = nil
 
+-- places_seen keeps what live_place read of each place in this script:
+-- {attempt, deadline}, false for a place that does not decode, 0 for none.
+local places_seen = {}
+
 -- number_or reads a header number: the number, or z when empty.
 local function number_or(x, z)
   if x == '' then
@@ -571,6 +575,7 @@ local function leave_queue(attempt)
   if head_seen and head_seen[1] == attempt then
     -- The head, as queue_head just found it: both fields are there.
     redis.call('HDEL', rec, f, 's:' .. num(head_seen[3]))
+    places_seen[num(head_seen[3])] = 0
     head_seen = nil
     if h.nw > 0 then
       h.nw = h.nw - 1
@@ -585,6 +590,7 @@ local function leave_queue(attempt)
   local seq = string.match(q, '^(%d+)|')
   if seq and string.match(redis.call('HGET', rec, 's:' .. seq) or '', '^[^|]*') == attempt then
     redis.call('HDEL', rec, f, 's:' .. seq)
+    places_seen[seq] = 0
   else
     redis.call('HDEL', rec, f)
   end
@@ -608,9 +614,6 @@ local waker_channel, waker_cmd = nil, nil
 
 -- live_place returns the attempt queued at seq and its place's deadline,
 -- or nil when the place is gone or past.
--- places_seen keeps what live_place read of each place in this script:
--- {attempt, deadline}, false for a place that does not decode, 0 for none.
-local places_seen = {}
 
 local function live_place(seq)
   local seen = places_seen[seq]
@@ -742,12 +745,13 @@ local function wake_next(channel, command)
   end
 end
 
--- check_marker reads the data-loss marker (KEYS[2], if given) and returns
--- until when new grants are held back. A missing marker means Redis lost
--- lockd's data: it is made again, holding grants back for grace_ms.
-local function check_marker(grace_ms)
-  local marker = KEYS[2]
-  if not marker then
+-- check_marker reads the data-loss marker (KEYS[2], if given, or the key
+-- marker names; '' for none) and returns until when new grants are held back. A missing
+-- marker means Redis lost lockd's data: it is made again, holding grants
+-- back for grace_ms.
+local function check_marker(grace_ms, marker)
+  marker = marker or KEYS[2]
+  if not marker or marker == '' then
     return 0
   end
   local m = pre_marker

@@ -49,9 +49,6 @@ func (k *redisClock) saw(redisMs int64, recv time.Time) {
 // deadline, whichever comes first. It returns 0 (no bound) while Redis's
 // clock is unknown, or when neither bounds the wait.
 func (c *Client) notAfter(ctx context.Context, sent time.Time) int64 {
-	if !c.clock.known.Load() {
-		return 0
-	}
 	var giveUp time.Time
 	if c.replyTimeout > 0 {
 		giveUp = sent.Add(c.replyTimeout)
@@ -59,7 +56,14 @@ func (c *Client) notAfter(ctx context.Context, sent time.Time) int64 {
 	if d, ok := ctx.Deadline(); ok && (giveUp.IsZero() || d.Before(giveUp)) {
 		giveUp = d
 	}
-	if giveUp.IsZero() {
+	return c.notAfterAt(giveUp)
+}
+
+// notAfterAt returns Redis's clock (ms) at giveUp by this host's clock,
+// less lateMargin; 0 (no bound) for a zero giveUp or while Redis's clock
+// is unknown.
+func (c *Client) notAfterAt(giveUp time.Time) int64 {
+	if giveUp.IsZero() || !c.clock.known.Load() {
 		return 0
 	}
 	return max(1, giveUp.Add(-lateMargin).UnixMilli()+c.clock.offset.Load())

@@ -316,7 +316,11 @@ type Client struct {
 	// them a moment to land.
 	undos   inFlight
 	closing chan struct{}
-	closed  sync.Once
+
+	// offers are the acquires of writers waiting at the head of a queue,
+	// for this process's releases of their keys to hand them (handoff.go).
+	offers offers
+	closed sync.Once
 }
 
 // New returns a Client on rdb, which may be a *redis.Client, a Sentinel
@@ -425,7 +429,11 @@ func (c *Client) Release(ctx context.Context, key, leaseID, requestID string) (u
 
 func (c *Client) release(ctx context.Context, ks keySet, key, leaseID, requestID, keeper string) (uint32, error) {
 	request := requestKey(requestID)
-	reply, err := releaseScript.Run(ctx, c.scripts, ks.releaseKeys(request), leaseID, request, keeper, c.publish).Slice()
+	ho, keys, args := c.handOver(ctx, ks, ks.releaseKeys(request), []any{leaseID, request, keeper, c.publish})
+	reply, err := releaseScript.Run(ctx, c.scripts, keys, args...).Slice()
+	if ho != nil {
+		ho.answer(reply, err)
+	}
 	if err != nil {
 		return 0, err
 	}
@@ -448,7 +456,7 @@ func (c *Client) release(ctx context.Context, ks keySet, key, leaseID, requestID
 		return 0, notHeld(key)
 	}
 	n := intAt(reply, 1)
-	if n == 0 && len(reply) == 4 {
+	if n == 0 && len(reply) >= 4 {
 		mode, _ := reply[2].(string)
 		c.obs.Released(parseMode(mode), time.Duration(intAt(reply, 3))*time.Millisecond)
 	}

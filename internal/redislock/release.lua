@@ -10,12 +10,21 @@
 --         but only if this is its newest keeper
 -- ARGV[4] publish command, PUBLISH or SPUBLISH, that wakes waiters on
 --         <record>:released
+-- ARGV[5] optional: a writer waiting in this lockd that believes it heads
+--         the queue, handed the key in this script if it does and the key
+--         comes free (see Handing over, below):
+--         "<attempt>|<given>|<ttl_ms>|<not_after_ms>|<grace_ms>|<lease_id>|
+--         <request>|<marker>|<owner>", each as acquire.lua takes it;
+--         marker 1 when the slot's data-loss marker is the last key, 0
+--         when there is none
 -- Returns {1, hold_count, mode, held_ms} (hold_count 0 when the lease ended;
 -- held_ms is how long since the lease was granted, read off its fencing
 -- token, which is Redis's clock in microseconds at the grant), {1,
 -- hold_count} for a retried request, {-1} when the lease is not held, and
 -- {-3} when a newer KeepAlive keeps the lease. The fast path ends a lone
 -- lease with {5, fencing_token} (write) or {6, fencing_token} (read).
+-- A lease ended with the key handed over answers {1, 0, mode, held_ms,
+-- grant}, grant being acquire.lua's granted reply to the writer handed it.
 
 -- The fast path: the lock is a lone lease kept as a string (common.lua),
 -- which only exists while the lease runs and which nobody waits for: it
@@ -97,11 +106,57 @@ end
 if request ~= '' then
   redis.call('SET', KEYS[2], id .. '|' .. num(l.count), 'PX', num(l.ttl))
 end
+
+-- Handing over: the key comes free and the writer at the head of the queue
+-- waits in the lockd that sends this release. It is granted here, as its
+-- own acquire.lua would grant it once woken, and its lockd hands it the
+-- grant: a handoff costs one script and one round trip instead of a wake-up
+-- message, a second script and a second round trip. Only a waiter alive
+-- in the releasing lockd is handed the key (a dead one never is: it holds
+-- nobody up beyond its place); anything else wakes it as usual.
+local function hand_over()
+  local attempt, given, ttl, not_after, grace, new_id, hreq, marker, owner = string.match(ARGV[5] or '',
+    '^([%w_%-]+)|([01])|(%d+)|(%d+)|(%d+)|([^|]+)|([%w_%-]*)|([01])|(.*)$')
+  if not attempt or lost_record or h.nl > 0 or h.lim > 0 or (not_after ~= '0' and now_ms > tonumber(not_after)) then
+    return nil
+  end
+  waker_channel, waker_cmd = channel, publish_cmd
+  -- With no lease held, the writer has none to re-enter or upgrade: it
+  -- gets a fresh lease, as acquire.lua would give it.
+  if queue_head() ~= attempt then
+    return nil
+  end
+  local paused = check_marker(tonumber(grace), marker == '1' and KEYS[#KEYS] or '')
+  if paused > now_ms then
+    return nil
+  end
+  local replayed
+  replayed, hreq = replay(hreq, 'w', given, owner, paused, attempt)
+  if replayed then
+    return nil
+  end
+  local hl = new_lease('w', owner, tonumber(ttl))
+  h.w = new_id
+  add_attempt(hl, attempt)
+  remember(hreq, given, new_id, hl, attempt)
+  put_lease(new_id, hl, {'o:w:' .. owner, new_id})
+  leave_queue(attempt)
+  -- The queue moves on now: the new head learns it at once (it keeps its
+  -- place while the key is held, and offers its acquire in turn), and the
+  -- one next in line how long to watch it.
+  queue_head()
+  return lease_reply(1, paused, new_id, hl)
+end
+
+local grant = nil
+if l.count == 0 and not expired then
+  grant = hand_over()
+end
 -- Waiters can only get in when a writer leaves or the last holder goes,
 -- or, on a semaphore, when a permit comes free; then only those who can
 -- be granted are woken.
-if expired or (l.count == 0 and (l.mode ~= 'r' or h.nl == 0)) then
+if not grant and (expired or (l.count == 0 and (l.mode ~= 'r' or h.nl == 0))) then
   wake_next(channel, publish_cmd)
 end
 tidy()
-return {1, l.count, l.mode, math.max(0, math.floor((now_us - l.token) / 1000))}
+return {1, l.count, l.mode, math.max(0, math.floor((now_us - l.token) / 1000)), grant}
