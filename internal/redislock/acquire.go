@@ -148,7 +148,7 @@ func (c *Client) Acquire(ctx context.Context, req Request) (Result, error) {
 		// fallback. A writer at the head offers its next try to this
 		// process's releases of the key (handoff.go).
 		timer.Reset(next)
-		o := a.offer(res, deadline)
+		o := a.offer(ctx, res, deadline)
 		var offered <-chan handed
 		if o != nil {
 			offered = o.out
@@ -157,7 +157,8 @@ func (c *Client) Acquire(ctx context.Context, req Request) (Result, error) {
 		ended := false
 		select {
 		case h := <-offered:
-			got, o = &h, nil
+			got, o = a.heard(ctx, h), nil
+			ended = got == nil
 		case <-wake:
 			switch ms := watch.Swap(0); {
 			case ms > 0:

@@ -26,11 +26,18 @@ import (
 // place in the queue, as before.
 
 // Where an offer stands: open until a release takes it or its waiter
-// withdraws it; a taken offer is answered on out, exactly once.
+// withdraws it. A taken offer is settled exactly once: answered (the
+// release passes its outcome on to the waiter, who goes on with it) or
+// abandoned (the waiter stopped waiting for it first, or its call had
+// ended by the time the release came back: whoever abandons it knows the
+// waiter will not take a grant, and the release gives back what it
+// granted before it answers its own caller).
 const (
 	offerOpen int32 = iota
 	offerTaken
 	offerWithdrawn
+	offerAnswered
+	offerAbandoned
 )
 
 // offer is a waiting writer's acquire, offered to the releases of its key
@@ -40,9 +47,14 @@ type offer struct {
 	// head and tail are release.lua's ARGV[5] but for its not_after_ms,
 	// which the release works out when it sends the script.
 	head, tail string
-	deadline   time.Time // the waiter stops waiting then
-	state      atomic.Int32
-	out        chan handed
+	deadline   time.Time       // the waiter stops waiting then
+	ended      <-chan struct{} // closed when the waiter's call ends
+	// waiter is the attempt as it offered itself, with the ids the
+	// release grants under: the release gives that grant back itself
+	// when the waiter is gone (giveBack).
+	waiter attempt
+	state  atomic.Int32
+	out    chan handed
 }
 
 // handed is what a release that took an offer tells its waiter: its
@@ -75,7 +87,9 @@ func (s *offers) put(o *offer) {
 	s.mu.Unlock()
 }
 
-// take takes the open offer for record, or returns nil.
+// take takes the open offer for record, or returns nil. An offer whose
+// waiter's call has ended is left for the waiter to withdraw: nobody
+// would take the key it would be handed.
 func (s *offers) take(record string) *offer {
 	if s.n.Load() == 0 {
 		return nil
@@ -83,7 +97,7 @@ func (s *offers) take(record string) *offer {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	o := s.m[record]
-	if o == nil {
+	if o == nil || isClosed(o.ended) {
 		return nil
 	}
 	delete(s.m, record)
@@ -109,42 +123,79 @@ func (s *offers) withdraw(o *offer) bool {
 	return true
 }
 
+// isClosed reports whether ch is closed (a nil ch never is).
+func isClosed(ch <-chan struct{}) bool {
+	select {
+	case <-ch:
+		return true
+	default:
+		return false
+	}
+}
+
 // handedWithin waits for the outcome of the release that took a's offer o,
 // until ctx ends or the wait is over (deadline), and returns it, or nil
-// when the call stops waiting first. That release may still grant the
-// key: its outcome is then read in the background, and what it did is
-// undone as for a reply that went astray (a grant is kept for a retry of
-// the request to claim, as any grant with a request id whose caller went
-// away). The waiter's place goes as its wait ends.
+// when the call stops waiting first: the offer is then abandoned, and the
+// release gives back whatever it grants. An outcome that came meanwhile is
+// still the call's when it waits no longer but is there to hear it; one
+// that comes for a call that ended is given back here.
 func (a *attempt) handedWithin(ctx context.Context, o *offer, deadline time.Time) *handed {
 	timer := time.NewTimer(time.Until(deadline))
 	defer timer.Stop()
 	select {
 	case h := <-o.out:
-		return &h
+		return a.heard(ctx, h)
 	case <-ctx.Done():
 	case <-timer.C:
 	}
-	gone := *a // the ids as they are now: the attempt may go on under fresh ones
-	go func() {
-		h := <-o.out
-		if h.raw == nil && h.err == nil {
+	if o.state.CompareAndSwap(offerTaken, offerAbandoned) || o.state.Load() == offerAbandoned {
+		return nil
+	}
+	return a.heard(ctx, <-o.out)
+}
+
+// heard returns the outcome h of a release that handed a's offer over, or
+// gives back what it granted when a's call has ended (a caller that went
+// away is never left holding a key it was handed) and returns nil.
+func (a *attempt) heard(ctx context.Context, h handed) *handed {
+	if ctx.Err() == nil {
+		return &h
+	}
+	w := *a
+	w.giveBack(h)
+	return nil
+}
+
+// giveBack takes back what the release whose outcome is h did for waiter
+// w, whose call went away or stopped waiting before it could hear of it:
+// the grant, or whatever it may have done when its outcome is unknown.
+// It does so before it returns when it can, so that the releaser's caller
+// is answered only once the key is free again; what it cannot undo at
+// once is undone in the background. The undo is safe with a request id
+// too: a retry of the request that claimed the grant first took the hold
+// over (common.lua's replay), and the undo leaves it.
+func (w attempt) giveBack(h handed) {
+	if h.raw == nil && h.err == nil {
+		return
+	}
+	w.notAfter = max(w.notAfter, h.notAfter)
+	if h.err == nil {
+		ctx, cancel := context.WithTimeout(context.Background(), unwaitTry)
+		done, err := w.abandon(ctx, true)
+		cancel()
+		if err == nil && done {
 			return
 		}
-		gone.notAfter = max(gone.notAfter, h.notAfter)
-		if h.err != nil || gone.req.RequestID == "" {
-			gone.undo(true)
-		}
-	}()
-	return nil
+	}
+	w.undo(true)
 }
 
 // offer offers a's next try to the releases of its key in this process,
 // if a is a writer waiting at the head of the queue (res), until deadline.
-// It returns nil when there is nothing to offer: a reader, a permit, a
+// ctx is the waiter's call. It returns nil when there is nothing to offer: a reader, a permit, a
 // waiter not at the head, or an engine that waits for replicas (a grant
 // handed over would skip that wait).
-func (a *attempt) offer(res Result, deadline time.Time) *offer {
+func (a *attempt) offer(ctx context.Context, res Result, deadline time.Time) *offer {
 	if a.req.Mode != Write || !a.queued || res.place != placeHead || a.c.waitReplicas > 0 {
 		return nil
 	}
@@ -160,6 +211,8 @@ func (a *attempt) offer(res Result, deadline time.Time) *offer {
 		head:     a.id + "|" + given + "|" + strconv.FormatInt(a.req.TTL.Milliseconds(), 10) + "|",
 		tail:     "|" + strconv.FormatInt(a.c.lossGrace.Milliseconds(), 10) + "|" + a.leaseID + "|" + requestKey(a.req.RequestID) + "|" + marker + "|" + a.req.Owner,
 		deadline: deadline,
+		ended:    ctx.Done(),
+		waiter:   *a,
 		out:      make(chan handed, 1),
 	}
 	a.c.offers.put(o)
@@ -200,12 +253,20 @@ func (c *Client) handOver(ctx context.Context, ks keySet, keys []string, args []
 	return ho, keys, append(args, o.head+strconv.FormatInt(ho.notAfter, 10)+o.tail)
 }
 
-// answer tells the waiter the outcome of the release: reply is
-// release.lua's, whose fifth element is the grant, if any.
+// answer settles the offer with the outcome of the release: reply is
+// release.lua's, whose fifth element is the grant, if any. The waiter
+// hears it, unless its call has ended or it stopped waiting: then what the
+// release granted it is given back before the release answers.
 func (ho *handoff) answer(reply []any, err error) {
 	h := handed{sent: ho.sent, err: err, notAfter: ho.notAfter}
 	if err == nil && len(reply) > 4 {
 		h.raw = reply[4]
 	}
-	ho.o.out <- h
+	o := ho.o
+	if !isClosed(o.ended) && o.state.CompareAndSwap(offerTaken, offerAnswered) {
+		o.out <- h
+		return
+	}
+	o.state.Store(offerAbandoned)
+	o.waiter.giveBack(h)
 }
