@@ -22,7 +22,8 @@ import (
 // added (a fresh lease, or one more hold of the owner's lease) and its place
 // in the queue, retrying until the undo lands or the hold would
 // have run out. A call with a RequestID keeps its grant instead, for the
-// caller's retry to claim.
+// caller's retry to claim; a grant a release handed a waiter whose call
+// had ended is given back all the same (handoff.go).
 func (c *Client) Acquire(ctx context.Context, req Request) (Result, error) {
 	if err := ValidateKey(req.Key); err != nil {
 		return Result{}, err
@@ -333,9 +334,8 @@ func validLeaseID(id string) error {
 // without a RequestID; a retry that meanwhile re-enters the owner's lease
 // adds a hold of its own, which that undo leaves alone. With a RequestID
 // the grant is the request's first result, which every retry of the
-// request replays: an undo could land after such a replay was handed out
-// (this call's next try, or the caller's retry on another replica), taking
-// a lease from a holder that was told it holds it. So it is kept, as is
+// request replays, and this call's own next try is such a retry: it
+// claims the grant (common.lua's replay). So it is kept, as is
 // every grant of a request id whose reply went astray, and read again at
 // once: a replay that comes in time is a lease that runs until its own
 // sent + remaining. A grant nobody claims runs out with its ttl.

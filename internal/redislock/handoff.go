@@ -31,7 +31,7 @@ import (
 // abandoned (the waiter stopped waiting for it first, or its call had
 // ended by the time the release came back: whoever abandons it knows the
 // waiter will not take a grant, and the release gives back what it
-// granted before it answers its own caller).
+// granted, before it answers its own caller when it can: giveBack).
 const (
 	offerOpen int32 = iota
 	offerTaken
@@ -162,28 +162,36 @@ func (a *attempt) heard(ctx context.Context, h handed) *handed {
 		return &h
 	}
 	w := *a
-	w.giveBack(h)
+	w.giveBack(context.Background(), h)
 	return nil
 }
 
 // giveBack takes back what the release whose outcome is h did for waiter
 // w, whose call went away or stopped waiting before it could hear of it:
 // the grant, or whatever it may have done when its outcome is unknown.
-// It does so before it returns when it can, so that the releaser's caller
-// is answered only once the key is free again; what it cannot undo at
-// once is undone in the background. The undo is safe with a request id
-// too: a retry of the request that claimed the grant first took the hold
-// over (common.lua's replay), and the undo leaves it.
-func (w attempt) giveBack(h handed) {
+// When the outcome is known, one undo that lands is final, and it is made
+// before giveBack returns, so that a release that gives back is answered
+// once the key is free again; it is bounded by ctx's deadline (the
+// releaser's call) and by unwaitTry. What is not undone by then (Redis
+// slow or failing, or an outcome not known) is undone in the background.
+// A caller that went away is never left holding a key a release handed
+// it, with a request id either: a retry of the request that claimed the
+// grant first took the hold over (common.lua's replay tags it with the
+// retry's attempt), and the undo leaves it.
+func (w attempt) giveBack(ctx context.Context, h handed) {
 	if h.raw == nil && h.err == nil {
 		return
 	}
 	w.notAfter = max(w.notAfter, h.notAfter)
 	if h.err == nil {
-		ctx, cancel := context.WithTimeout(context.Background(), unwaitTry)
-		done, err := w.abandon(ctx, true)
+		bound := time.Now().Add(unwaitTry)
+		if d, ok := ctx.Deadline(); ok && d.Before(bound) {
+			bound = d
+		}
+		actx, cancel := context.WithDeadline(context.Background(), bound)
+		_, err := w.abandon(actx, true)
 		cancel()
-		if err == nil && done {
+		if err == nil {
 			return
 		}
 	}
@@ -191,10 +199,10 @@ func (w attempt) giveBack(h handed) {
 }
 
 // offer offers a's next try to the releases of its key in this process,
-// if a is a writer waiting at the head of the queue (res), until deadline.
-// ctx is the waiter's call. It returns nil when there is nothing to offer: a reader, a permit, a
-// waiter not at the head, or an engine that waits for replicas (a grant
-// handed over would skip that wait).
+// if a is a writer waiting at the head of the queue (res), until deadline;
+// ctx is the waiter's call. It returns nil when there is nothing to offer:
+// a reader, a permit, a waiter not at the head, or an engine that waits
+// for replicas (a grant handed over would skip that wait).
 func (a *attempt) offer(ctx context.Context, res Result, deadline time.Time) *offer {
 	if a.req.Mode != Write || !a.queued || res.place != placeHead || a.c.waitReplicas > 0 {
 		return nil
@@ -256,8 +264,9 @@ func (c *Client) handOver(ctx context.Context, ks keySet, keys []string, args []
 // answer settles the offer with the outcome of the release: reply is
 // release.lua's, whose fifth element is the grant, if any. The waiter
 // hears it, unless its call has ended or it stopped waiting: then what the
-// release granted it is given back before the release answers.
-func (ho *handoff) answer(reply []any, err error) {
+// release granted it is given back before the release answers (ctx is the
+// release's call), as far as giveBack can.
+func (ho *handoff) answer(ctx context.Context, reply []any, err error) {
 	h := handed{sent: ho.sent, err: err, notAfter: ho.notAfter}
 	if err == nil && len(reply) > 4 {
 		h.raw = reply[4]
@@ -268,5 +277,5 @@ func (ho *handoff) answer(reply []any, err error) {
 		return
 	}
 	o.state.Store(offerAbandoned)
-	o.waiter.giveBack(h)
+	o.waiter.giveBack(ctx, h)
 }

@@ -77,7 +77,7 @@ func leftNothing(t *testing.T, c *Client, key string) {
 // call while a release of this process that took its offer is still on its
 // way: the call must end when its caller goes away, not when another
 // caller's release comes back; whatever that release may grant it is
-// another matter (undone in the background, as for a lost reply).
+// another matter (given back by the release, handoff_gone_test.go).
 func TestAWaiterWhoseCallEndsIsNotHeldByAReleaseOnItsWay(t *testing.T) {
 	t.Parallel()
 	c, rdb, _ := handoffClient(t, Options{})

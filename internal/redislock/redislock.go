@@ -432,7 +432,7 @@ func (c *Client) release(ctx context.Context, ks keySet, key, leaseID, requestID
 	ho, keys, args := c.handOver(ctx, ks, ks.releaseKeys(request), []any{leaseID, request, keeper, c.publish})
 	reply, err := releaseScript.Run(ctx, c.scripts, keys, args...).Slice()
 	if ho != nil {
-		ho.answer(reply, err)
+		ho.answer(ctx, reply, err)
 	}
 	if err != nil {
 		return 0, err
