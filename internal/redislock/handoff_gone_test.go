@@ -28,10 +28,7 @@ func TestAReleaseRightAfterTheWaiterGaveUpLeavesTheKeyFree(t *testing.T) {
 	defer cancel()
 	for i := range 20 {
 		key := fmt.Sprintf("handoff-gave-up-%d", i)
-		first, err := c.Acquire(ctx, Request{Key: key, Mode: Write, Owner: "first", TTL: time.Minute})
-		if err != nil || !first.Acquired {
-			t.Fatalf("first Acquire = %+v, %v", first, err)
-		}
+		first := holdKey(ctx, t, c, key)
 		wctx, wcancel := context.WithCancel(ctx)
 		second := acquireAsync(wctx, c, Request{Key: key, Mode: Write, Owner: "second", TTL: time.Minute,
 			Wait: 20 * time.Second, RequestID: fmt.Sprintf("second-%d", i)})
@@ -73,19 +70,12 @@ func TestAReleaseGivesBackTheKeyOfAWaiterGoneMeanwhile(t *testing.T) {
 			ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 			defer cancel()
 			key := "handoff-gone-" + requestID
-			first, err := c.Acquire(ctx, Request{Key: key, Mode: Write, Owner: "first", TTL: time.Minute})
-			if err != nil || !first.Acquired {
-				t.Fatalf("first Acquire = %+v, %v", first, err)
-			}
+			first := holdKey(ctx, t, c, key)
 			wctx, wcancel := context.WithCancel(ctx)
 			second := acquireAsync(wctx, c, Request{Key: key, Mode: Write, Owner: "second", TTL: time.Minute,
 				Wait: 20 * time.Second, RequestID: requestID})
 			offered(t, c, key)
-			released := make(chan error, 1)
-			go func() {
-				_, err := c.Release(ctx, key, first.Lease.ID, "")
-				released <- err
-			}()
+			released := releaseAsync(ctx, c, key, first.Lease.ID)
 			<-gate.held
 			wcancel()
 			time.Sleep(20 * time.Millisecond) // the waiter sees its call end

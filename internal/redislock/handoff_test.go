@@ -62,6 +62,26 @@ func acquireAsync(ctx context.Context, c *Client, req Request) <-chan acquired {
 	return done
 }
 
+// holdKey has owner "first" take key, a writer's lease of a minute.
+func holdKey(ctx context.Context, t *testing.T, c *Client, key string) Result {
+	t.Helper()
+	first, err := c.Acquire(ctx, Request{Key: key, Mode: Write, Owner: "first", TTL: time.Minute})
+	if err != nil || !first.Acquired {
+		t.Fatalf("first Acquire = %+v, %v", first, err)
+	}
+	return first
+}
+
+// releaseAsync releases the lease leaseID of key, answering on the channel.
+func releaseAsync(ctx context.Context, c *Client, key, leaseID string) <-chan error {
+	released := make(chan error, 1)
+	go func() {
+		_, err := c.Release(ctx, key, leaseID, "")
+		released <- err
+	}()
+	return released
+}
+
 func handoffClient(t *testing.T, opts Options) (*Client, *redis.Client, *scriptCount) {
 	t.Helper()
 	srv := redistest.Start(t)
@@ -85,10 +105,7 @@ func TestAReleaseHandsTheKeyToAWriterWaitingHere(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
 	const key = "handoff"
-	first, err := c.Acquire(ctx, Request{Key: key, Mode: Write, Owner: "first", TTL: time.Minute})
-	if err != nil || !first.Acquired {
-		t.Fatalf("first Acquire = %+v, %v", first, err)
-	}
+	first := holdKey(ctx, t, c, key)
 	second := acquireAsync(ctx, c, Request{Key: key, Mode: Write, Owner: "second", TTL: time.Minute, Wait: 20 * time.Second, RequestID: "r2"})
 	offered(t, c, key)
 	third := acquireAsync(ctx, c, Request{Key: key, Mode: Write, Owner: "third", TTL: time.Minute, Wait: 20 * time.Second})
@@ -208,18 +225,11 @@ func TestAWaiterWhoseCallEndsDuringItsHandoffLeavesNothing(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
 	const key = "handoff-cancelled"
-	first, err := c.Acquire(ctx, Request{Key: key, Mode: Write, Owner: "first", TTL: time.Minute})
-	if err != nil || !first.Acquired {
-		t.Fatalf("first Acquire = %+v, %v", first, err)
-	}
+	first := holdKey(ctx, t, c, key)
 	wctx, wcancel := context.WithCancel(ctx)
 	second := acquireAsync(wctx, c, Request{Key: key, Mode: Write, Owner: "second", TTL: time.Minute, Wait: 20 * time.Second})
 	offered(t, c, key)
-	released := make(chan error, 1)
-	go func() {
-		_, err := c.Release(ctx, key, first.Lease.ID, "")
-		released <- err
-	}()
+	released := releaseAsync(ctx, c, key, first.Lease.ID)
 	<-gate.held
 	wcancel()
 	time.Sleep(20 * time.Millisecond) // the waiter sees its call end, and waits for the release
@@ -230,19 +240,7 @@ func TestAWaiterWhoseCallEndsDuringItsHandoffLeavesNothing(t *testing.T) {
 	if got := <-second; !errors.Is(got.err, context.Canceled) {
 		t.Fatalf("cancelled Acquire = %+v, %v; want context.Canceled", got.res, got.err)
 	}
-	for deadline := time.Now().Add(10 * time.Second); ; time.Sleep(5 * time.Millisecond) {
-		n, err := rdb.Exists(ctx, c.keys(key).record).Result()
-		if err != nil {
-			t.Fatal(err)
-		}
-		if n == 0 {
-			break
-		}
-		if time.Now().After(deadline) {
-			d, _ := c.Describe(ctx, key)
-			t.Fatalf("the grant handed to a caller that went away was not given back: %+v", d)
-		}
-	}
+	leftNothing(t, c, key) // the grant handed to a caller that went away is given back
 }
 
 // TestAHandoffWhoseReplyIsLostIsUndone loses the reply of a release that
@@ -258,10 +256,7 @@ func TestAHandoffWhoseReplyIsLostIsUndone(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
 	const key = "handoff-lost"
-	first, err := c.Acquire(ctx, Request{Key: key, Mode: Write, Owner: "first", TTL: time.Minute})
-	if err != nil || !first.Acquired {
-		t.Fatalf("first Acquire = %+v, %v", first, err)
-	}
+	first := holdKey(ctx, t, c, key)
 	second := acquireAsync(ctx, c, Request{Key: key, Mode: Write, Owner: "second", TTL: time.Minute, Wait: 20 * time.Second})
 	offered(t, c, key)
 	if _, err := c.Release(ctx, key, first.Lease.ID, ""); err == nil {
@@ -289,18 +284,11 @@ func TestAWaiterPastItsDeadlineIsNotHandedTheKey(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
 	const key = "handoff-late"
-	first, err := c.Acquire(ctx, Request{Key: key, Mode: Write, Owner: "first", TTL: time.Minute})
-	if err != nil || !first.Acquired {
-		t.Fatalf("first Acquire = %+v, %v", first, err)
-	}
+	first := holdKey(ctx, t, c, key)
 	const wait = 500 * time.Millisecond
 	second := acquireAsync(ctx, c, Request{Key: key, Mode: Write, Owner: "second", TTL: time.Minute, Wait: wait})
 	offered(t, c, key)
-	released := make(chan error, 1)
-	go func() {
-		_, err := c.Release(ctx, key, first.Lease.ID, "")
-		released <- err
-	}()
+	released := releaseAsync(ctx, c, key, first.Lease.ID)
 	<-gate.held
 	time.Sleep(wait + 100*time.Millisecond)
 	close(gate.let)
@@ -310,15 +298,7 @@ func TestAWaiterPastItsDeadlineIsNotHandedTheKey(t *testing.T) {
 	if got := <-second; got.err != nil || got.res.Acquired {
 		t.Fatalf("Acquire past its wait = %+v, %v; want not acquired", got.res, got.err)
 	}
-	for deadline := time.Now().Add(10 * time.Second); ; time.Sleep(5 * time.Millisecond) {
-		if n, _ := rdb.Exists(ctx, c.keys(key).record).Result(); n == 0 {
-			break
-		}
-		if time.Now().After(deadline) {
-			d, _ := c.Describe(ctx, key)
-			t.Fatalf("left behind: %+v", d)
-		}
-	}
+	leftNothing(t, c, key)
 }
 
 // TestNoHandoffWhileGrantsAreHeldBack releases a key after Redis lost
@@ -334,10 +314,7 @@ func TestNoHandoffWhileGrantsAreHeldBack(t *testing.T) {
 		t.Fatal(err)
 	}
 	const key = "handoff-paused"
-	first, err := c.Acquire(ctx, Request{Key: key, Mode: Write, Owner: "first", TTL: time.Minute})
-	if err != nil || !first.Acquired {
-		t.Fatalf("first Acquire = %+v, %v", first, err)
-	}
+	first := holdKey(ctx, t, c, key)
 	second := acquireAsync(ctx, c, Request{Key: key, Mode: Write, Owner: "second", TTL: time.Minute, Wait: time.Second})
 	offered(t, c, key)
 	if err := rdb.Del(ctx, c.keys(key).marker).Err(); err != nil {

@@ -28,17 +28,10 @@ func TestAWaiterPastItsWaitIsNotHeldByAReleaseOnItsWay(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
 	const key = "handoff-stuck-wait"
-	first, err := c.Acquire(ctx, Request{Key: key, Mode: Write, Owner: "first", TTL: time.Minute})
-	if err != nil || !first.Acquired {
-		t.Fatalf("first Acquire = %+v, %v", first, err)
-	}
+	first := holdKey(ctx, t, c, key)
 	second := acquireAsync(ctx, c, Request{Key: key, Mode: Write, Owner: "second", TTL: time.Minute, Wait: 300 * time.Millisecond})
 	offered(t, c, key)
-	released := make(chan error, 1)
-	go func() {
-		_, err := c.Release(ctx, key, first.Lease.ID, "")
-		released <- err
-	}()
+	released := releaseAsync(ctx, c, key, first.Lease.ID)
 	<-gate.held
 	select {
 	case got := <-second:
@@ -86,18 +79,11 @@ func TestAWaiterWhoseCallEndsIsNotHeldByAReleaseOnItsWay(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
 	const key = "handoff-stuck-cancel"
-	first, err := c.Acquire(ctx, Request{Key: key, Mode: Write, Owner: "first", TTL: time.Minute})
-	if err != nil || !first.Acquired {
-		t.Fatalf("first Acquire = %+v, %v", first, err)
-	}
+	first := holdKey(ctx, t, c, key)
 	wctx, wcancel := context.WithCancel(ctx)
 	second := acquireAsync(wctx, c, Request{Key: key, Mode: Write, Owner: "second", TTL: time.Minute, Wait: 30 * time.Second})
 	offered(t, c, key)
-	released := make(chan error, 1)
-	go func() {
-		_, err := c.Release(ctx, key, first.Lease.ID, "")
-		released <- err
-	}()
+	released := releaseAsync(ctx, c, key, first.Lease.ID)
 	<-gate.held
 	wcancel()
 	select {
