@@ -161,8 +161,7 @@ func (a *attempt) heard(ctx context.Context, h handed) *handed {
 	if ctx.Err() == nil {
 		return &h
 	}
-	w := *a
-	w.giveBack(context.Background(), h)
+	a.giveBack(context.Background(), h) // on a copy: a goes on as it is
 	return nil
 }
 
